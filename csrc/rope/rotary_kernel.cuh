@@ -1,0 +1,61 @@
+#pragma once
+// One CTA per token. A unit of work is kVec consecutive pairs (x[i], x[i + rot_dim/2]) of one
+// head, so a thread moves 2 x 16 bytes of q or k per unit; the token's cos/sin row is shared by
+// all its heads and is served from L1.
+#include "common/vec.cuh"
+#include "rope/rotary.h"
+
+namespace cute_ops {
+
+template <typename CacheT, int kVec>
+__device__ __forceinline__ void load_cache(const CacheT* src, float (&dst)[kVec]) {
+  constexpr int kCacheVec = kElemsPer16B<CacheT>;
+  if constexpr (kVec % kCacheVec == 0) {
+#pragma unroll
+    for (int j = 0; j < kVec / kCacheVec; ++j) {
+      const auto v = Vec<CacheT, kCacheVec>::load(src + j * kCacheVec);
+#pragma unroll
+      for (int e = 0; e < kCacheVec; ++e) dst[j * kCacheVec + e] = to_float(v.v[e]);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) dst[e] = to_float(src[e]);
+  }
+}
+
+template <typename T, typename CacheT, typename PosT, int kVec>
+__global__ void rotary_kernel(const RotaryParams p) {
+  using V = Vec<T, kVec>;
+  const int64_t token = blockIdx.x;
+  const int64_t pos = static_cast<const PosT*>(p.positions)[token];
+  const int half = p.rot_dim / 2;
+  const CacheT* cos_row = static_cast<const CacheT*>(p.cos_sin) + pos * p.rot_dim;
+  const CacheT* sin_row = cos_row + half;
+  const int chunks = half / kVec;
+  const int units = (p.hq + p.hkv) * chunks;
+  T* q = static_cast<T*>(p.q) + token * p.q_token_stride;
+  T* k = static_cast<T*>(p.k) + token * p.k_token_stride;
+
+  for (int u = threadIdx.x; u < units; u += blockDim.x) {
+    const int head = u / chunks;
+    const int c = (u - head * chunks) * kVec;
+    T* x1 = head < p.hq ? q + head * p.q_head_stride + c : k + (head - p.hq) * p.k_head_stride + c;
+    T* x2 = x1 + half;
+    float cos_v[kVec], sin_v[kVec];
+    load_cache<CacheT, kVec>(cos_row + c, cos_v);
+    load_cache<CacheT, kVec>(sin_row + c, sin_v);
+    const V a = V::load(x1);
+    const V b = V::load(x2);
+    V ra, rb;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float fa = to_float(a.v[e]), fb = to_float(b.v[e]);
+      ra.v[e] = from_float<T>(fa * cos_v[e] - fb * sin_v[e]);
+      rb.v[e] = from_float<T>(fb * cos_v[e] + fa * sin_v[e]);
+    }
+    ra.store(x1);
+    rb.store(x2);
+  }
+}
+
+}  // namespace cute_ops

@@ -1,0 +1,21 @@
+"""cute_ops: CUTLASS/CuTe kernels for LLM inference, as PyTorch custom ops (`torch.ops.cute_ops.*`).
+
+Each op family lives in its own module (wrapper, checks and fake impl together) and its kernels in
+csrc/<family>/; every op schema is declared in csrc/torch_bindings.cpp.
+"""
+from ._library import cuda_kernels_available, schemas_loaded
+from .norm import fused_add_rms_norm, rms_norm
+from .rope import Llama3RopeScaling, rope_cos_sin_cache, rope_inv_freq, rotary_embedding
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Llama3RopeScaling",
+    "cuda_kernels_available",
+    "fused_add_rms_norm",
+    "rms_norm",
+    "rope_cos_sin_cache",
+    "rope_inv_freq",
+    "rotary_embedding",
+    "schemas_loaded",
+]
