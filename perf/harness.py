@@ -1,0 +1,59 @@
+"""Benchmark cases, timing and ceilings shared by the event-timed runner (run.py) and the
+pytest-benchmark suite (test_bench.py)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import torch
+
+
+@dataclasses.dataclass
+class Case:
+    """One op at one shape. `setup` builds inputs on the GPU and returns {impl name: callable};
+    the name "ours" is the cute_ops op, every other name a baseline (names as in perf/README.md)."""
+
+    op: str
+    family: str
+    shape: dict
+    dtype: torch.dtype
+    setup: Callable[[], dict[str, Callable[[], object]]]
+    bytes: int | None = None   # fewest bytes the op must move (read + written)
+    flops: int | None = None
+
+    @property
+    def id(self) -> str:
+        dims = "-".join(f"{k}{v}" for k, v in self.shape.items())
+        return f"{self.op}-{dims}-{str(self.dtype).removeprefix('torch.')}"
+
+
+def time_us(fn: Callable[[], object]) -> float:
+    """Median time of one call in microseconds: CUDA events around each call, after warm-up, with
+    L2 flushed between calls (triton.testing.do_bench)."""
+    from triton.testing import do_bench
+
+    return 1e3 * do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+@functools.cache
+def ceilings() -> dict:
+    """The two ceilings, measured in this run: device-to-device copy (bytes read + written) and a
+    bf16 8192^3 matmul through cuBLAS on random data."""
+    n = 1 << 29  # 1 GiB of bf16 per buffer: far larger than L2
+    src = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    copy_us = time_us(lambda: dst.copy_(src))
+    del src, dst
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mm_us = time_us(lambda: torch.matmul(a, b))
+    del a, b
+    torch.cuda.empty_cache()
+    return {"copy_TBps": round(2 * n * 2 / copy_us / 1e6, 3),
+            "matmul_bf16_tflops": round(2 * 8192**3 / mm_us / 1e6, 1)}
+
+
+def compiled(fn: Callable) -> Callable:
+    """The `torch_compile` baseline: the same math as the eager baseline, through Inductor."""
+    return torch.compile(fn, fullgraph=True, dynamic=False)

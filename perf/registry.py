@@ -1,0 +1,16 @@
+"""Every benchmark case, by family."""
+from __future__ import annotations
+
+import cases_norm
+import cases_rope
+from harness import Case
+
+FAMILIES = {"norm": cases_norm.cases, "rope": cases_rope.cases}
+
+
+def all_cases(families: list[str] | None = None) -> list[Case]:
+    chosen = families or list(FAMILIES)
+    unknown = set(chosen) - set(FAMILIES)
+    if unknown:
+        raise SystemExit(f"unknown benchmark families {sorted(unknown)}; known: {sorted(FAMILIES)}")
+    return [c for f in chosen for c in FAMILIES[f]()]

@@ -1,0 +1,197 @@
+"""rms_norm and fused_add_rms_norm: reference, fake impls and input checks everywhere; kernels
+against a float64 reference on the GPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses import FakeTensorMode
+
+import cute_ops
+from cute_ops import reference as ref
+from conftest import poison_allocator, tolerances
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+
+
+# ---------------------------------------------------------------- CPU: reference, fakes, checks
+def test_reference_has_unit_rms():
+    x = torch.randn(5, 96, dtype=torch.float64) * 3 + 1
+    out = ref.rms_norm(x, torch.ones(96, dtype=torch.float64), eps=0.0)
+    torch.testing.assert_close(out.pow(2).mean(-1), torch.ones(5, dtype=torch.float64))
+
+
+def test_reference_fused_add_rounds_residual_first():
+    x = torch.randn(3, 64).bfloat16()
+    res = torch.randn(3, 64).bfloat16()
+    w = torch.randn(64).bfloat16()
+    out, new_res = ref.fused_add_rms_norm(x, res, w)
+    assert torch.equal(new_res, (res.float() + x.float()).bfloat16())
+    assert torch.equal(out, ref.rms_norm(new_res, w))
+
+
+@pytest.mark.parametrize("shape", [(7, 64), (2, 3, 4096), (4096,)])
+def test_fake_impl_shapes(shape):
+    with FakeTensorMode():
+        x = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
+        w = torch.empty(shape[-1], dtype=torch.bfloat16, device="cuda")
+        out = torch.ops.cute_ops.rms_norm(x, w, 1e-6)
+        assert out.shape == x.shape and out.dtype == x.dtype and out.is_contiguous()
+        res = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
+        out2 = torch.ops.cute_ops.fused_add_rms_norm(x, res, w, 1e-6)
+        assert out2.shape == x.shape and out2.dtype == x.dtype
+
+
+def test_meta_tensors_infer_shape():
+    x = torch.empty(3, 5, 128, dtype=torch.float16, device="meta")
+    w = torch.empty(128, dtype=torch.float16, device="meta")
+    assert cute_ops.norm._out_like(x).shape == x.shape
+    assert torch.ops.cute_ops.rms_norm(x, w, 1e-5).shape == (3, 5, 128)
+
+
+@pytest.mark.parametrize("make, match, exc", [
+    (lambda: (torch.randn(4, 64), torch.randn(64)), "must be a CUDA tensor, got device cpu", ValueError),
+    (lambda: (torch.empty(4, 60, dtype=torch.bfloat16, device="meta"),
+              torch.empty(60, dtype=torch.bfloat16, device="meta")), "multiple of 8 for torch.bfloat16", ValueError),
+    (lambda: (torch.empty(4, 64, dtype=torch.bfloat16, device="meta"),
+              torch.empty(64, dtype=torch.float16, device="meta")), "weight has dtype torch.float16", TypeError),
+    (lambda: (torch.empty(4, 64, dtype=torch.bfloat16, device="meta"),
+              torch.empty(32, dtype=torch.bfloat16, device="meta")), r"weight must have shape \(64,\)", ValueError),
+    (lambda: (torch.empty(4, 64, dtype=torch.int32, device="meta"),
+              torch.empty(64, dtype=torch.int32, device="meta")), "x must have dtype in", TypeError),
+    (lambda: (torch.empty(64, 4, dtype=torch.bfloat16, device="meta").t(),
+              torch.empty(64, dtype=torch.bfloat16, device="meta")), "last dim must be contiguous", ValueError),
+])
+def test_input_checks(make, match, exc):
+    x, w = make()
+    with pytest.raises(exc, match=match):
+        cute_ops.rms_norm(x, w)
+
+
+def test_fused_add_checks_residual_shape():
+    x = torch.empty(4, 64, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match=r"residual must have shape \(4, 64\)"):
+        cute_ops.fused_add_rms_norm(x, torch.empty(2, 64, dtype=torch.bfloat16, device="meta"),
+                                    torch.empty(64, dtype=torch.bfloat16, device="meta"))
+
+
+@pytest.mark.skipif(cute_ops.cuda_kernels_available(), reason="this build has the CUDA kernels")
+def test_missing_kernels_named_clearly():
+    with FakeTensorMode():
+        x = torch.empty(4, 64, dtype=torch.bfloat16, device="cuda")
+        w = torch.empty(64, dtype=torch.bfloat16, device="cuda")
+        with pytest.raises(RuntimeError, match="built without CUDA kernels|could not be imported"):
+            cute_ops.rms_norm(x, w)
+
+
+# ---------------------------------------------------------------- GPU: kernels
+ROWS = [1, 17, 1000, 4097]
+HIDDEN = [8, 136, 1000, 4096, 5120, 14336]
+
+
+def _inputs(rows, hidden, dtype, scale=1.0):
+    x = (torch.randn(rows, hidden, device="cuda") * scale + 0.5).to(dtype)
+    w = (torch.rand(hidden, device="cuda") + 0.5).to(dtype)
+    return x, w
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("hidden", HIDDEN)
+def test_rms_norm_matches_reference(rows, hidden, dtype):
+    x, w = _inputs(rows, hidden, dtype, scale=3.0)
+    poison_allocator(x.numel() * x.element_size())
+    out = cute_ops.rms_norm(x, w, 1e-5)
+    expected = ref.rms_norm(x.double(), w.double(), 1e-5)
+    assert not out.isnan().any(), "unwritten (poisoned) output elements"
+    torch.testing.assert_close(out.double(), expected, **tolerances(dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("hidden", [65536, 131072])
+def test_rms_norm_long_rows(hidden, dtype):
+    # 131072 bf16 / 65536 fp32 take the two-pass path (more than 8 vectors per thread of 1024).
+    x, w = _inputs(3, hidden, dtype)
+    out = cute_ops.rms_norm(x, w, 1e-6)
+    torch.testing.assert_close(out.double(), ref.rms_norm(x.double(), w.double(), 1e-6), **tolerances(dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_strided_and_3d(dtype):
+    wide = torch.randn(2, 33, 4096 + 64, device="cuda").to(dtype)
+    x = wide[..., :4096]  # rows 4160 elements apart
+    w = torch.randn(4096, device="cuda").to(dtype)
+    out = cute_ops.rms_norm(x, w)
+    assert out.shape == x.shape and out.is_contiguous()
+    torch.testing.assert_close(out.double(), ref.rms_norm(x.double(), w.double()), **tolerances(dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows, hidden", [(1, 8), (17, 1000), (4097, 4096), (5, 131072)])
+def test_fused_add_rms_norm_matches_reference(rows, hidden, dtype):
+    x, w = _inputs(rows, hidden, dtype)
+    residual = torch.randn(rows, hidden, device="cuda").to(dtype)
+    expected_out, expected_res = ref.fused_add_rms_norm(x, residual.clone(), w, 1e-6)
+    expected_out = ref.rms_norm(expected_res.double(), w.double(), 1e-6)
+    poison_allocator(x.numel() * x.element_size())
+    out = cute_ops.fused_add_rms_norm(x, residual, w, 1e-6)
+    assert torch.equal(residual, expected_res), "residual must hold the rounded sum"
+    torch.testing.assert_close(out.double(), expected_out, **tolerances(dtype))
+
+
+@pytest.mark.gpu
+def test_misaligned_view_is_rejected():
+    x = torch.randn(4, 4096 + 8, device="cuda", dtype=torch.bfloat16)[:, 1:4097]  # 2-byte offset
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="16-byte aligned"):
+        cute_ops.rms_norm(x, w)
+
+
+@pytest.mark.gpu
+def test_opcheck():
+    x, w = _inputs(33, 256, torch.bfloat16)
+    torch.library.opcheck(torch.ops.cute_ops.rms_norm.default, (x, w, 1e-6))
+    residual = torch.randn_like(x)
+    torch.library.opcheck(torch.ops.cute_ops.fused_add_rms_norm.default, (x, residual, w, 1e-6))
+
+
+@pytest.mark.gpu
+def test_torch_compile_fullgraph():
+    def block(x, residual, w):
+        h = cute_ops.fused_add_rms_norm(x, residual, w)
+        return cute_ops.rms_norm(h * 2, w)
+
+    x, w = _inputs(64, 512, torch.bfloat16)
+    residual = torch.randn_like(x)
+    residual_eager = residual.clone()
+    compiled = torch.compile(block, fullgraph=True)
+    out = compiled(x, residual, w)
+    expected = block(x, residual_eager, w)
+    assert torch.equal(residual, residual_eager)
+    torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_with_new_inputs():
+    x, w = _inputs(100, 4096, torch.bfloat16)
+    residual = torch.randn_like(x)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up off the default stream, as capture requires
+        cute_ops.fused_add_rms_norm(x, residual.clone(), w)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = cute_ops.fused_add_rms_norm(x, residual, w)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        start = torch.randn_like(residual)
+        residual.copy_(start)
+        graph.replay()
+        exp_out, exp_res = ref.fused_add_rms_norm(x, start, w)
+        assert torch.equal(residual, exp_res)
+        torch.testing.assert_close(out.double(), ref.rms_norm(exp_res.double(), w.double()),
+                                   **tolerances(torch.bfloat16))
