@@ -17,11 +17,20 @@ def schemas_loaded() -> bool:
     return _import_error is None
 
 
+def _ops_with_cuda_kernels() -> frozenset[str]:
+    if not schemas_loaded():
+        return frozenset()
+    names = torch._C._dispatch_get_registrations_for_dispatch_key("CUDA")
+    return frozenset(n.removeprefix("cute_ops::") for n in names if n.startswith("cute_ops::"))
+
+
+# Read once at import: a constant set keeps the wrappers' check traceable by torch.compile.
+_CUDA_OPS = _ops_with_cuda_kernels()
+
+
 def cuda_kernels_available(op: str = "rms_norm") -> bool:
     """True when the CUDA implementation of `torch.ops.cute_ops.<op>` was built into `cute_ops._C`."""
-    if not schemas_loaded():
-        return False
-    return torch._C._dispatch_has_kernel_for_dispatch_key(f"cute_ops::{op}", "CUDA")
+    return op in _CUDA_OPS
 
 
 def require_kernels(op: str) -> None:

@@ -36,6 +36,48 @@ def time_us(fn: Callable[[], object]) -> float:
     return 1e3 * do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+TIMING = ("CUDA-graph replay of one call per rotated input set (sets x bytes >= 3 x L2), median of "
+          "triton.testing.do_bench with L2 flushed before each replay, divided by the number of sets; "
+          "eager timing where capture fails")
+
+
+def input_sets(case: Case) -> int:
+    """How many independent input sets to rotate through so that the working set exceeds L2."""
+    l2 = torch.cuda.get_device_properties().L2_cache_size
+    return 1 if not case.bytes else max(1, min(64, -(-3 * l2 // case.bytes)))
+
+
+def time_case(case: Case) -> tuple[dict[str, float], dict[str, str]]:
+    """Time every implementation of `case` (ours and baselines) the same way; returns
+    ({name: us per call}, {name: how it was timed})."""
+    sets = [case.setup() for _ in range(input_sets(case))]
+    times, how = {}, {}
+    for name in sets[0]:
+        fns = [s[name] for s in sets]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up (compilation, workspaces) off the capture stream
+            for _ in range(2):
+                for fn in fns:
+                    fn()
+        torch.cuda.current_stream().wait_stream(side)
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for fn in fns:
+                    fn()
+            times[name] = time_us(graph.replay) / len(fns)
+            how[name] = f"graph x{len(fns)}"
+            del graph
+        except RuntimeError:
+            torch.cuda.synchronize()
+            times[name] = time_us(fns[0])
+            how[name] = "eager"
+    del sets
+    torch.cuda.empty_cache()
+    return times, how
+
+
 @functools.cache
 def ceilings() -> dict:
     """The two ceilings, measured in this run: device-to-device copy (bytes read + written) and a

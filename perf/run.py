@@ -19,7 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from harness import ceilings, time_us  # noqa: E402
+from harness import TIMING, ceilings, time_case  # noqa: E402
 from registry import all_cases  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -36,8 +36,7 @@ def commit() -> str:
 
 
 def measure(case, ceil) -> dict:
-    impls = case.setup()
-    times = {name: time_us(fn) for name, fn in impls.items()}
+    times, how = time_case(case)
     ours = times.pop("ours")
     metrics = {}
     if case.bytes:
@@ -49,11 +48,10 @@ def measure(case, ceil) -> dict:
         best = min(times, key=times.get)
         metrics["best_baseline"] = best
         metrics["speedup_vs_best_baseline"] = round(times[best] / ours, 3)
-    del impls
-    torch.cuda.empty_cache()
     return {"op": case.op, "family": case.family, "shape": case.shape,
             "dtype": str(case.dtype).removeprefix("torch."), "ours_us": round(ours, 2),
-            "baselines_us": {k: round(v, 2) for k, v in times.items()}, "metrics": metrics}
+            "baselines_us": {k: round(v, 2) for k, v in times.items()}, "metrics": metrics,
+            "timing": how}
 
 
 def table(results: list[dict]) -> str:
@@ -91,7 +89,7 @@ def main() -> None:
         results.append(r)
     doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "commit": commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "ceilings": ceil, "results": results}
+           "ceilings": ceil, "timing": TIMING, "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"\nwrote {args.out}\n")

@@ -33,6 +33,13 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 python3 scripts/fetch_cutlass.py --check || { echo "CUTLASS headers missing"; exit 1; }
 
 step "build"
+# This workplace's GPU image sets CXX=/opt/gcc/bin/g++, which links a private static copy of
+# libstdc++ into shared objects. Inside a PyTorch extension that copy's locale is never set up, and
+# the first error message that formats a number segfaults (tests/test_norm.py's misaligned-view
+# test catches it). The system g++ links the shared libstdc++, as PyTorch itself does.
+if [ -n "${CXX:-}" ] && [ "$CXX" != /usr/bin/g++ ] && [ -x /usr/bin/g++ ]; then
+  echo "using CXX=/usr/bin/g++ instead of $CXX"; export CXX=/usr/bin/g++
+fi
 t0=$(date +%s)
 if ! MAX_JOBS="${MAX_JOBS:-$(nproc)}" python3 -m pip install --no-deps --no-build-isolation -v -e . \
     >"$logs/build.log" 2>&1; then

@@ -109,9 +109,9 @@ def test_rms_norm_matches_reference(rows, hidden, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("hidden", [65536, 131072])
+@pytest.mark.parametrize("hidden", [16384, 32768, 32776, 65536])
 def test_rms_norm_long_rows(hidden, dtype):
-    # 131072 bf16 / 65536 fp32 take the two-pass path (more than 8 vectors per thread of 1024).
+    # Rows over 32768 (16-bit) or 16384 (fp32) elements take the two-pass kernel.
     x, w = _inputs(3, hidden, dtype)
     out = cute_ops.rms_norm(x, w, 1e-6)
     torch.testing.assert_close(out.double(), ref.rms_norm(x.double(), w.double(), 1e-6), **tolerances(dtype))

@@ -32,3 +32,4 @@ template <typename T>
 constexpr int kElemsPer16B = 16 / static_cast<int>(sizeof(T));
 
 }  // namespace cute_ops
+
