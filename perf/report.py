@@ -82,8 +82,8 @@ def main() -> None:
         f"{doc['date']}",
         f"- ceilings measured in the same run: device-to-device copy **{c['copy_TBps']} TB/s** "
         f"(bytes read + written), bf16 8192³ matmul (cuBLAS) **{c['matmul_bf16_tflops']} TFLOP/s**",
-        "- times: median of CUDA-event-timed calls with L2 flushed between calls "
-        "(`triton.testing.do_bench`); every baseline timed in the same run",
+        f"- times: {doc.get('timing', 'median of CUDA-event-timed calls (triton.testing.do_bench)')}; "
+        "every baseline timed in the same run, the same way",
         "- TB/s: the fewest bytes the op must read and write, over our time; 'of copy' is that over the copy "
         "ceiling; 'vs best' is the best baseline's time over ours",
         "- baselines: `torch_eager` = the same math in PyTorch eager (`cute_ops.reference`), `torch_compile` = "
