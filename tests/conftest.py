@@ -41,3 +41,17 @@ def tolerances(dtype: torch.dtype) -> dict:
     return {torch.float32: dict(rtol=1e-5, atol=1e-5),
             torch.float16: dict(rtol=2e-3, atol=2e-3),
             torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2)}[dtype]
+
+
+def capture_graph(fn) -> torch.cuda.CUDAGraph:
+    """Run `fn` once on a side stream (capture needs warmed-up allocations and code off the
+    capturing stream), then capture one call of it in a CUDA graph and return the graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph

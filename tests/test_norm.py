@@ -8,7 +8,7 @@ from torch._subclasses import FakeTensorMode
 
 import cute_ops
 from cute_ops import reference as ref
-from conftest import poison_allocator, tolerances
+from conftest import capture_graph, poison_allocator, tolerances
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 
@@ -178,14 +178,9 @@ def test_torch_compile_fullgraph():
 def test_cuda_graph_replay_with_new_inputs():
     x, w = _inputs(100, 4096, torch.bfloat16)
     residual = torch.randn_like(x)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm up off the default stream, as capture requires
-        cute_ops.fused_add_rms_norm(x, residual.clone(), w)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = cute_ops.fused_add_rms_norm(x, residual, w)
+    outs = []
+    graph = capture_graph(lambda: outs.append(cute_ops.fused_add_rms_norm(x, residual, w)))
+    out = outs[-1]  # the tensor the graph writes on every replay
     for _ in range(2):
         x.copy_(torch.randn_like(x))
         start = torch.randn_like(residual)

@@ -10,7 +10,7 @@ import torch
 import cute_ops
 from cute_ops import reference as ref
 from cute_ops.rope import Llama3RopeScaling, rope_cos_sin_cache, rope_inv_freq
-from conftest import tolerances
+from conftest import capture_graph, tolerances
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 
@@ -188,14 +188,7 @@ def test_cuda_graph_replay_with_new_positions():
     k = torch.randn(64, 2, 128, device="cuda", dtype=torch.bfloat16)
     pos = torch.randint(0, 4096, (64,), device="cuda")
     cache = rope_cos_sin_cache(128, 4096, device="cuda")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        cute_ops.rotary_embedding(q.clone(), k.clone(), pos, cache)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        cute_ops.rotary_embedding(q, k, pos, cache)
+    graph = capture_graph(lambda: cute_ops.rotary_embedding(q, k, pos, cache))
     for _ in range(2):
         q0 = torch.randn_like(q)
         k0 = torch.randn_like(k)
