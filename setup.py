@@ -90,8 +90,8 @@ def extensions():
     fams = families()
     sources = list(bindings)
     for fam in fams:
-        sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / fam).glob("*.cu"))
-        sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / fam).glob("*.cpp"))
+        sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / fam).rglob("*.cu"))
+        sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / fam).rglob("*.cpp"))
     log(f"CUDA {torch.version.cuda}, CUTLASS {cutlass}, families {fams}, {len(sources)} translation units")
     nvcc_flags = ["-O3", "--expt-relaxed-constexpr", "--expt-extended-lambda",
                   "--use_fast_math", "-lineinfo", "-DNDEBUG",

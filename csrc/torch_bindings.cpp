@@ -16,6 +16,19 @@ TORCH_LIBRARY(cute_ops, m) {
   // Rotate-half RoPE applied in place to q [..., Hq, D] and k [..., Hkv, D] at `positions`;
   // cos_sin_cache [max_position, rot_dim] holds cos in its first rot_dim/2 columns, sin after.
   m.def("rotary_embedding(Tensor(a!) q, Tensor(b!) k, Tensor positions, Tensor cos_sin_cache) -> ()");
+
+  // ---- flash_fwd (csrc/flash_fwd) ---------------------------------------------------------
+  // Exact attention, FlashAttention-2 forward. q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (last dim
+  // contiguous, Hq a multiple of Hkv, D in {64, 96, 128, 256}, fp16/bf16). Returns out [B, Sq, Hq, D]
+  // (contiguous) and lse [B, Hq, Sq] float32. softmax_scale defaults to 1/sqrt(D). causal aligns
+  // the diagonal bottom-right: query i sees keys j <= i + Sk - Sq. A query that sees no key gets
+  // out = 0 and lse = -inf.
+  m.def("flash_fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False) -> (Tensor, Tensor)");
+  // Packed variable-length batch: q [total_q, Hq, D], k and v [total_k, Hkv, D]; sequence b spans
+  // rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] (int32 [B + 1]); max_seqlen_* bound every length.
+  // Returns out [total_q, Hq, D] and lse [Hq, total_q] float32.
+  m.def("flash_fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+        "int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, bool causal=False) -> (Tensor, Tensor)");
 }
 
 CUTE_OPS_REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

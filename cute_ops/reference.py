@@ -36,3 +36,49 @@ def rotary_embedding(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1).to(x.dtype)
 
     return rotate(q), rotate(k)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
+              causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact attention with flash_fwd's layout and rules; returns ``(out, lse)``.
+
+    q ``[batch, seqlen_q, heads_q, head_dim]``, k and v ``[batch, seqlen_k, heads_kv, head_dim]``;
+    query head h reads kv head ``h // (heads_q // heads_kv)``. causal keeps keys
+    ``j <= i + seqlen_k - seqlen_q`` (bottom-right aligned); a query left with no key gets out = 0
+    and lse = -inf. Computed in q's dtype promoted to at least float32; out is returned in q's dtype
+    and lse ``[batch, heads_q, seqlen_q]`` in the computation dtype.
+    """
+    acc = torch.promote_types(q.dtype, torch.float32)
+    seqlen_q, heads_q, head_dim = q.shape[1], q.shape[2], q.shape[3]
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    scale = head_dim ** -0.5 if softmax_scale is None else softmax_scale
+    group = heads_q // heads_kv
+    qf = q.to(acc).transpose(1, 2)                                          # [B, Hq, Sq, D]
+    kf = k.to(acc).transpose(1, 2).repeat_interleave(group, dim=1)          # [B, Hq, Sk, D]
+    vf = v.to(acc).transpose(1, 2).repeat_interleave(group, dim=1)
+    scores = qf @ kf.transpose(-1, -2) * scale                              # [B, Hq, Sq, Sk]
+    if causal:
+        i = torch.arange(seqlen_q, device=q.device).unsqueeze(1)
+        j = torch.arange(seqlen_k, device=q.device)
+        scores = scores.masked_fill(j > i + (seqlen_k - seqlen_q), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)                                   # -inf where no key is seen
+    # Subtracting 0 instead of -inf on such rows gives exp(-inf) = 0 rather than NaN: out = 0.
+    probs = torch.exp(scores - lse.masked_fill(lse == float("-inf"), 0).unsqueeze(-1))
+    out = (probs @ vf).transpose(1, 2).to(q.dtype)
+    return out, lse
+
+
+def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, softmax_scale: float | None = None,
+                     causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`attention` of each packed sequence on its own, with flash_fwd_varlen's layout:
+    q ``[total_q, heads_q, head_dim]``, k and v ``[total_k, heads_kv, head_dim]``; returns out
+    ``[total_q, heads_q, head_dim]`` and lse ``[heads_q, total_q]``."""
+    bounds_q, bounds_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    outs, lses = [], []
+    for b in range(len(bounds_q) - 1):
+        rows_q, rows_k = slice(bounds_q[b], bounds_q[b + 1]), slice(bounds_k[b], bounds_k[b + 1])
+        out, lse = attention(q[None, rows_q], k[None, rows_k], v[None, rows_k], softmax_scale, causal)
+        outs.append(out[0])
+        lses.append(lse[0])
+    return torch.cat(outs), torch.cat(lses, dim=-1)

@@ -23,7 +23,8 @@ def _rms_norm_case(tokens: int, hidden: int, dtype: torch.dtype) -> Case:
 
     n = tokens * hidden * dtype.itemsize
     return Case("rms_norm", "norm", {"tokens": tokens, "hidden": hidden}, dtype, setup,
-                bytes=2 * n + hidden * dtype.itemsize)
+                bytes=2 * n + hidden * dtype.itemsize,
+                impls=("ours", "torch_eager", "torch_compile", "torch_rms_norm"))
 
 
 def _eager_fused_add(x, residual, w, eps):

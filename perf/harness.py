@@ -12,7 +12,9 @@ import torch
 @dataclasses.dataclass
 class Case:
     """One op at one shape. `setup` builds inputs on the GPU and returns {impl name: callable};
-    the name "ours" is the cute_ops op, every other name a baseline (names as in perf/README.md)."""
+    the name "ours" is the cute_ops op, every other name a baseline (names as in perf/README.md).
+    `impls` names every callable setup may return, so that they can be listed without a GPU; setup
+    leaves out a baseline that refuses the case."""
 
     op: str
     family: str
@@ -21,6 +23,7 @@ class Case:
     setup: Callable[[], dict[str, Callable[[], object]]]
     bytes: int | None = None   # fewest bytes the op must move (read + written)
     flops: int | None = None
+    impls: tuple[str, ...] = ("ours", "torch_eager", "torch_compile")
 
     @property
     def id(self) -> str:

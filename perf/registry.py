@@ -1,11 +1,12 @@
 """Every benchmark case, by family."""
 from __future__ import annotations
 
+import cases_flash
 import cases_norm
 import cases_rope
 from harness import Case
 
-FAMILIES = {"norm": cases_norm.cases, "rope": cases_rope.cases}
+FAMILIES = {"norm": cases_norm.cases, "rope": cases_rope.cases, "flash_fwd": cases_flash.cases}
 
 
 def all_cases(families: list[str] | None = None) -> list[Case]:

@@ -16,31 +16,60 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
 
+# What each baseline is, in the order the header lists them.
+BASELINES = {
+    "torch_eager": "the same math in PyTorch eager (`cute_ops.reference`)",
+    "torch_compile": "that function through `torch.compile(fullgraph=True)`",
+    "torch_rms_norm": "`torch.nn.functional.rms_norm`",
+    "sdpa_flash": "`torch.nn.functional.scaled_dot_product_attention` restricted to its FlashAttention backend",
+    "sdpa_cudnn": "the same restricted to its cuDNN backend",
+    "flash_attn": "`flash_attn_func` of the flash-attn package",
+}
+
+
 def fmt_shape(shape: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in shape.items())
 
 
+def has_metric(rows: list[dict], name: str) -> bool:
+    return any(name in r["metrics"] for r in rows)
+
+
 def family_table(rows: list[dict]) -> str:
     names = sorted({b for r in rows for b in r["baselines_us"]})
-    head = ["op", "shape", "dtype", "ours us", *[f"{n} us" for n in names], "vs best", "TB/s", "of copy"]
+    with_tflops, with_tbps = has_metric(rows, "tflops"), has_metric(rows, "TBps")
+    head = ["op", "shape", "dtype", "ours us", *[f"{n} us" for n in names], "vs best",
+            *(["TFLOP/s"] if with_tflops else []), *(["TB/s", "of copy"] if with_tbps else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         m = r["metrics"]
         cells = [r["op"], fmt_shape(r["shape"]), r["dtype"], f"{r['ours_us']:.1f}",
                  *[f"{r['baselines_us'][n]:.1f}" if n in r["baselines_us"] else "-" for n in names],
-                 f"{m['speedup_vs_best_baseline']:.2f}x" if "speedup_vs_best_baseline" in m else "-",
-                 f"{m['TBps']:.2f}" if "TBps" in m else "-",
-                 f"{100 * m['frac_of_copy']:.0f}%" if "frac_of_copy" in m else "-"]
+                 f"{m['speedup_vs_best_baseline']:.2f}x" if "speedup_vs_best_baseline" in m else "-"]
+        if with_tflops:
+            cells.append(f"{m['tflops']:.1f}" if "tflops" in m else "-")
+        if with_tbps:
+            cells += [f"{m['TBps']:.2f}" if "TBps" in m else "-",
+                      f"{100 * m['frac_of_copy']:.0f}%" if "frac_of_copy" in m else "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot_family(family: str, rows: list[dict], copy_tbps: float, device: str) -> pathlib.Path:
+def plot_family(family: str, rows: list[dict], ceilings: dict, device: str) -> pathlib.Path:
+    """Bars of each implementation's rate: TFLOP/s for a family whose cases count FLOPs (compute
+    bound), else effective TB/s. Only ours has the rate in the results; a baseline's is ours scaled
+    by the ratio of the times, since both did the same work."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if has_metric(rows, "tflops"):
+        metric, ceiling, ceiling_label = "tflops", ceilings["matmul_bf16_tflops"], "bf16 matmul ceiling"
+        unit, ylabel = "TFLOP/s", "TFLOP/s (the op's FLOPs / time)"
+    else:
+        metric, ceiling, ceiling_label = "TBps", ceilings["copy_TBps"], "copy ceiling"
+        unit, ylabel = "TB/s", "effective TB/s (minimum bytes / time)"
     names = ["ours", *sorted({b for r in rows for b in r["baselines_us"]})]
     labels = [f"{r['op']}\n{fmt_shape(r['shape'])}\n{r['dtype']}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4.5))
@@ -49,11 +78,11 @@ def plot_family(family: str, rows: list[dict], copy_tbps: float, device: str) ->
         vals = []
         for r in rows:
             us = r["ours_us"] if name == "ours" else r["baselines_us"].get(name)
-            vals.append(r["metrics"]["TBps"] * r["ours_us"] / us if us and "TBps" in r["metrics"] else 0)
+            vals.append(r["metrics"][metric] * r["ours_us"] / us if us and metric in r["metrics"] else 0)
         ax.bar([x + i * width for x in range(len(rows))], vals, width, label=name)
-    ax.axhline(copy_tbps, color="k", ls="--", lw=1, label=f"copy ceiling {copy_tbps:.2f} TB/s")
+    ax.axhline(ceiling, color="k", ls="--", lw=1, label=f"{ceiling_label} {ceiling:.2f} {unit}")
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(rows))], labels, fontsize=7)
-    ax.set_ylabel("effective TB/s (minimum bytes / time)")
+    ax.set_ylabel(ylabel)
     ax.set_title(f"{family} on {device}")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -73,6 +102,7 @@ def main() -> None:
     for r in doc["results"]:
         by_family[r.get("family", r["op"])].append(r)
     c = doc["ceilings"]
+    baselines = {b for r in doc["results"] for b in r["baselines_us"]}
     parts = [
         "# Benchmarks",
         "",
@@ -86,16 +116,17 @@ def main() -> None:
         "every baseline timed in the same run, the same way",
         "- TB/s: the fewest bytes the op must read and write, over our time; 'of copy' is that over the copy "
         "ceiling; 'vs best' is the best baseline's time over ours",
-        "- baselines: `torch_eager` = the same math in PyTorch eager (`cute_ops.reference`), `torch_compile` = "
-        "that function through `torch.compile(fullgraph=True)`, `torch_rms_norm` = "
-        "`torch.nn.functional.rms_norm`",
+        *(["- TFLOP/s: the op's FLOPs over our time; attention counts 4·B·Hq·Sq·Sk·D (the two matmuls), "
+           "halved when causal; plots of these families show every implementation's TFLOP/s"]
+          if has_metric(doc["results"], "tflops") else []),
+        "- baselines: " + ", ".join(f"`{name}` = {what}" for name, what in BASELINES.items() if name in baselines),
         "",
         "Regenerate on a GPU machine with `bash scripts/gpu_check.sh` (or `python perf/run.py`), then "
         "`python perf/report.py`.",
         "",
     ]
     for family, rows in by_family.items():
-        img = plot_family(family, rows, c["copy_TBps"], doc["device"])
+        img = plot_family(family, rows, c, doc["device"])
         parts += [f"## {family}", "", family_table(rows), "", f"![{family}]({img.relative_to(DOCS)})", ""]
     (DOCS / "benchmarks.md").write_text("\n".join(parts))
     print(f"wrote {DOCS / 'benchmarks.md'} and {len(by_family)} plot(s)")

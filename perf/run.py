@@ -44,6 +44,7 @@ def measure(case, ceil) -> dict:
         metrics["frac_of_copy"] = round(metrics["TBps"] / ceil["copy_TBps"], 3)
     if case.flops:
         metrics["tflops"] = round(case.flops / ours / 1e6, 1)
+        metrics["frac_of_matmul"] = round(metrics["tflops"] / ceil["matmul_bf16_tflops"], 3)
     if times:
         best = min(times, key=times.get)
         metrics["best_baseline"] = best
@@ -55,14 +56,16 @@ def measure(case, ceil) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    rows = [("op", "shape", "dtype", "ours us", "best baseline us", "speedup", "TB/s", "of copy")]
+    rows = [("op", "shape", "dtype", "ours us", "best baseline us", "speedup", "TB/s or TFLOP/s", "of ceiling")]
     for r in results:
         m = r["metrics"]
         best = m.get("best_baseline")
         rows.append((r["op"], " ".join(f"{k}={v}" for k, v in r["shape"].items()), r["dtype"],
                      f"{r['ours_us']:.1f}", f"{r['baselines_us'][best]:.1f} ({best})" if best else "-",
-                     f"{m.get('speedup_vs_best_baseline', 0):.2f}x", f"{m.get('TBps', 0):.2f}",
-                     f"{100 * m.get('frac_of_copy', 0):.0f}%"))
+                     f"{m.get('speedup_vs_best_baseline', 0):.2f}x",
+                     f"{m['TBps']:.2f} TB/s" if "TBps" in m else f"{m.get('tflops', 0):.0f} TFLOP/s",
+                     f"{100 * m['frac_of_copy']:.0f}% copy" if "frac_of_copy" in m
+                     else f"{100 * m.get('frac_of_matmul', 0):.0f}% matmul"))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows)
 

@@ -28,11 +28,11 @@ def _seed(request):
     torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
-def poison_allocator(nbytes: int, device: str = "cuda") -> None:
-    """Fill a block of the caching allocator with NaN and free it, so that an op's output that is
-    allocated next, of up to this size, starts as NaN: every element the op fails to write shows."""
-    n = (nbytes + 3) // 4
-    torch.full((n,), float("nan"), dtype=torch.float32, device=device)
+def poison_allocator(*nbytes: int, device: str = "cuda") -> None:
+    """Fill one block of the caching allocator per size with NaN and free them, so that an op's
+    outputs that are allocated next, of up to these sizes, start as NaN: every element the op fails
+    to write shows. The blocks are held together so that each output finds its own."""
+    [torch.full(((n + 3) // 4,), float("nan"), dtype=torch.float32, device=device) for n in nbytes]
 
 
 def tolerances(dtype: torch.dtype) -> dict:

@@ -27,7 +27,7 @@ def test_cutlass_pin_agrees_with_pyproject():
 
 def test_every_schema_is_registered():
     assert cute_ops.schemas_loaded()
-    for op in ("rms_norm", "fused_add_rms_norm", "rotary_embedding"):
+    for op in ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "flash_fwd", "flash_fwd_varlen"):
         assert hasattr(torch.ops.cute_ops, op)
 
 
@@ -46,3 +46,5 @@ def test_kernels_built_where_a_gpu_is_visible():
     if torch.cuda.is_available():
         assert cute_ops.cuda_kernels_available("rms_norm")
         assert cute_ops.cuda_kernels_available("rotary_embedding")
+        assert cute_ops.cuda_kernels_available("flash_fwd")
+        assert cute_ops.cuda_kernels_available("flash_fwd_varlen")

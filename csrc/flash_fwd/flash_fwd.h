@@ -1,0 +1,42 @@
+#pragma once
+// FlashAttention-2 forward: the torch-free interface between the op glue (flash_fwd_op.cpp) and
+// the kernel translation units (flash_fwd.cu dispatches to one instantiation per file).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace cute_ops {
+
+struct FlashFwdParams {
+  using index_t = int64_t;
+
+  const void* q;  // [b, seqlen_q, h, d] (or [total_q, h, d] when varlen), strides below, in elements
+  const void* k;  // [b, seqlen_k, h_k, d]
+  const void* v;  // [b, seqlen_k, h_k, d]
+  void* o;        // like q
+  float* lse;     // [b, h, seqlen_q] (or [h, total_q] when varlen)
+
+  index_t q_batch_stride, q_row_stride, q_head_stride;
+  index_t k_batch_stride, k_row_stride, k_head_stride;
+  index_t v_batch_stride, v_row_stride, v_head_stride;
+  index_t o_batch_stride, o_row_stride, o_head_stride;
+  index_t lse_batch_stride, lse_head_stride;  // lse rows are contiguous
+
+  // Varlen: sequence i spans rows cu_seqlens[i] .. cu_seqlens[i + 1]; nullptr for the padded layout.
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+
+  int b, h, h_k, d;
+  int seqlen_q, seqlen_k;  // the lengths, or their upper bounds when varlen
+
+  float scale_softmax;       // applied to q.k
+  float scale_softmax_log2;  // scale_softmax * log2(e): exp(x * scale) == exp2(x * scale_log2)
+  bool is_causal;
+  bool is_bf16;
+};
+
+bool flash_fwd_supports_head_dim(int d);
+
+void run_flash_fwd(const FlashFwdParams& params, cudaStream_t stream);
+
+}  // namespace cute_ops

@@ -1,0 +1,101 @@
+#pragma once
+// Online softmax over the rows of the S = Q K^T accumulator, kept in registers.
+//
+// Each thread holds kRows rows' worth of a tile; a row is shared by the 4 threads of an MMA quad,
+// so row reductions finish with two shuffles. The running max is kept unscaled; exponentials are
+// exp2(s * scale_log2 - max * scale_log2), one FFMA and one EX2 per score. A row that has seen
+// only masked (-inf) scores keeps max = -inf: its exponentials use 0 as the subtracted max (so they
+// are exp2(-inf) = 0, not NaN), and it ends with sum 0, output 0 and lse = -inf.
+#include <cute/tensor.hpp>
+
+#include <cmath>
+
+namespace cute_ops::flash {
+
+using namespace cute;
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// (MMA=4, MMA_M, MMA_N) accumulator layout -> ((2, MMA_M), (2, MMA_N)): rows x columns of this
+// thread's elements, for the SM80 16x8 accumulator (two rows of two columns per MMA).
+template <typename Layout>
+__device__ __forceinline__ auto acc_rowcol(Layout acc) {
+  static_assert(decltype(size<0>(acc))::value == 4 && decltype(rank(acc))::value == 3);
+  auto l = logical_divide(acc, Shape<_2>{});  // ((2, 2), MMA_M, MMA_N)
+  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
+}
+
+// The same accumulator as the A operand of the next m16n8k16 MMA: two adjacent n8 accumulator
+// tiles form one k16 A fragment, so P feeds O += P V without a trip through shared memory.
+template <typename Layout>
+__device__ __forceinline__ auto acc_as_a_operand(Layout acc) {
+  static_assert(decltype(size<0>(acc))::value == 4 && decltype(rank(acc))::value == 3);
+  auto l = logical_divide(acc, Shape<Underscore, Underscore, _2>{});  // (4, MMA_M, (2, MMA_N / 2))
+  return make_layout(make_layout(get<0>(l), get<2, 0>(l)), get<1>(l), get<2, 1>(l));
+}
+
+template <int kRows>
+struct OnlineSoftmax {
+  float row_max[kRows];
+  float row_sum[kRows];  // this thread's partial sums; quad-reduced in finalize()
+
+  __device__ __forceinline__ OnlineSoftmax() {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      row_max[i] = -INFINITY;
+      row_sum[i] = 0.f;
+    }
+  }
+
+  // scores: the S tile in rowcol view, replaced by unnormalised probabilities P. acc_o: the O
+  // accumulator in rowcol view, rescaled to the new running max. On the first tile the rescale
+  // factor is exp2(-inf) = 0 against a zero sum and a zero accumulator, so no special case.
+  template <typename TensorS, typename TensorO>
+  __device__ __forceinline__ void update(TensorS& scores, TensorO& acc_o, float scale_log2) {
+    static_assert(decltype(size<0>(scores))::value == kRows);
+#pragma unroll
+    for (int mi = 0; mi < kRows; ++mi) {
+      float m = row_max[mi];
+#pragma unroll
+      for (int ni = 0; ni < size<1>(scores); ++ni) m = fmaxf(m, scores(mi, ni));
+      m = quad_max(m);
+      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+      float s = 0.f;
+#pragma unroll
+      for (int ni = 0; ni < size<1>(scores); ++ni) {
+        scores(mi, ni) = exp2f(scores(mi, ni) * scale_log2 - m_scaled);
+        s += scores(mi, ni);
+      }
+      const float rescale = exp2f(row_max[mi] * scale_log2 - m_scaled);  // 0 while the old max is -inf
+      row_sum[mi] = row_sum[mi] * rescale + s;
+#pragma unroll
+      for (int ni = 0; ni < size<1>(acc_o); ++ni) acc_o(mi, ni) *= rescale;
+      row_max[mi] = m;
+    }
+  }
+
+  // Divides O by the row sums and returns each row's log-sum-exp (natural log, of the scaled
+  // scores) in lse[].
+  template <typename TensorO>
+  __device__ __forceinline__ void finalize(TensorO& acc_o, float scale, float (&lse)[kRows]) {
+#pragma unroll
+    for (int mi = 0; mi < kRows; ++mi) {
+      const float sum = quad_sum(row_sum[mi]);
+      const bool empty = sum == 0.f || sum != sum;
+      const float inv = empty ? 0.f : 1.f / sum;
+      lse[mi] = empty ? -INFINITY : row_max[mi] * scale + logf(sum);
+#pragma unroll
+      for (int ni = 0; ni < size<1>(acc_o); ++ni) acc_o(mi, ni) *= inv;
+    }
+  }
+};
+
+}  // namespace cute_ops::flash

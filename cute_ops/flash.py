@@ -1,0 +1,222 @@
+"""Exact attention, FlashAttention-2 forward: `flash_fwd` (a padded batch) and `flash_fwd_varlen`
+(packed sequences of different lengths), kernels in csrc/flash_fwd/; `flash_attn_func` and
+`flash_attn_varlen_func` call them the way flash-attn's functions of those names are called.
+Forward only: backward through either op raises."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import _checks
+from ._library import require_kernels, schemas_loaded
+
+DTYPES = (torch.float16, torch.bfloat16)
+HEAD_DIMS = (64, 96, 128, 256)
+# The kernels copy 16-byte vectors (8 fp16/bf16 elements) starting at every row and head, so each
+# stride must keep them 16-byte aligned; the data pointers' alignment is checked in C++.
+_STRIDE_MULTIPLE = 8
+
+
+def _check_strides(op: str, name: str, t: torch.Tensor) -> None:
+    _checks.check_last_dim_contiguous(op, name, t)
+    if any(stride % _STRIDE_MULTIPLE for stride in t.stride()[:-1]):
+        raise ValueError(f"{op}: {name}'s strides (all but the last) must be multiples of {_STRIDE_MULTIPLE} "
+                         f"elements (16 bytes), got strides {t.stride()}")
+
+
+def _check_qkv(op: str, q, k, v, q_dims: tuple[str, ...], kv_dims: tuple[str, ...]) -> None:
+    _checks.check_tensor(op, "q", q, dtypes=DTYPES)
+    _checks.check_tensor(op, "k", k)
+    _checks.check_tensor(op, "v", v)
+    _checks.check_same_device(op, "q", q, k=k, v=v)
+    _checks.check_same_dtype(op, "q", q, k=k, v=v)
+    for name, t, dims in (("q", q, q_dims), ("k", k, kv_dims), ("v", v, kv_dims)):
+        if t.dim() != len(dims):
+            raise ValueError(f"{op}: {name} must be [{', '.join(dims)}], got shape {tuple(t.shape)}")
+    head_dim = q.shape[-1]
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"{op}: head_dim (last dim of q) must be one of {HEAD_DIMS}, got {head_dim}")
+    if k.shape[-1] != head_dim:
+        raise ValueError(f"{op}: k must have q's head_dim ({head_dim}) as its last dim, "
+                         f"got shape {tuple(k.shape)}")
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"{op}: v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    heads_q, heads_kv = q.shape[-2], k.shape[-2]
+    if heads_kv < 1 or heads_q < heads_kv or heads_q % heads_kv:
+        raise ValueError(f"{op}: q's head count ({heads_q}) must be a positive multiple of k and v's "
+                         f"({heads_kv}): each group of heads_q / heads_kv query heads shares one kv head")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_strides(op, name, t)
+
+
+def _check_options(op: str, softmax_scale, causal) -> None:
+    is_real = isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
+    if softmax_scale is not None and not (is_real and math.isfinite(softmax_scale)):
+        raise ValueError(f"{op}: softmax_scale must be a finite float, or None for 1/sqrt(head_dim), "
+                         f"got {softmax_scale!r}")
+    if not isinstance(causal, bool):
+        raise ValueError(f"{op}: causal must be a bool, got {causal!r}")
+
+
+def _check_args(op: str, q, k, v, softmax_scale, causal) -> None:
+    _check_qkv(op, q, k, v, ("batch", "seqlen_q", "heads_q", "head_dim"),
+               ("batch", "seqlen_k", "heads_kv", "head_dim"))
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"{op}: k and v must have q's batch size ({q.shape[0]}), got shape {tuple(k.shape)}")
+    if k.shape[1] < 1:
+        raise ValueError(f"{op}: k and v must hold at least one key (seqlen_k >= 1): softmax over no keys is "
+                         f"undefined, got shape {tuple(k.shape)}")
+    _check_options(op, softmax_scale, causal)
+
+
+def _check_varlen_args(op: str, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       softmax_scale, causal) -> None:
+    _check_qkv(op, q, k, v, ("total_q", "heads_q", "head_dim"), ("total_k", "heads_kv", "head_dim"))
+    _checks.check_tensor(op, "cu_seqlens_q", cu_seqlens_q, dtypes=(torch.int32,), ndim=1)
+    _checks.check_tensor(op, "cu_seqlens_k", cu_seqlens_k, dtypes=(torch.int32,), ndim=1)
+    _checks.check_same_device(op, "q", q, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
+    if cu_seqlens_q.shape[0] < 2:
+        raise ValueError(f"{op}: cu_seqlens_q must hold batch + 1 >= 2 offsets, "
+                         f"got shape {tuple(cu_seqlens_q.shape)}")
+    if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0]:
+        raise ValueError(f"{op}: cu_seqlens_k must have cu_seqlens_q's length ({cu_seqlens_q.shape[0]}, one more "
+                         f"than the batch size), got shape {tuple(cu_seqlens_k.shape)}")
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not cu.is_contiguous():
+            raise ValueError(f"{op}: {name} must be contiguous, got strides {cu.stride()}")
+    for name, bound in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(bound, bool) or not isinstance(bound, (int, torch.SymInt)) or bound < 1:
+            raise ValueError(f"{op}: {name} must be an int >= 1, at least the longest sequence's length, "
+                             f"got {bound!r}")
+    _check_options(op, softmax_scale, causal)
+
+
+def _scale_arg(softmax_scale: float | None) -> float | None:
+    return None if softmax_scale is None else float(softmax_scale)
+
+
+def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
+              causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact softmax attention of a batch of equal-length sequences: for each query head h,
+    ``softmax(q_h @ k_g.T * softmax_scale) @ v_g`` with kv head ``g = h // (heads_q // heads_kv)``.
+
+    Args:
+        q: ``[batch, seqlen_q, heads_q, head_dim]`` CUDA tensor, float16 or bfloat16; head_dim one of
+            64, 96, 128, 256. An empty batch or seqlen_q = 0 gives empty outputs.
+        k: ``[batch, seqlen_k, heads_kv, head_dim]``, q's dtype and device; heads_q a multiple of
+            heads_kv (grouped-query / multi-query attention); seqlen_k >= 1, since a softmax over
+            no keys is undefined.
+        v: k's shape, q's dtype.
+        softmax_scale: multiplies ``q @ k.T`` before the softmax; None means ``1 / sqrt(head_dim)``.
+        causal: mask with the diagonal aligned bottom-right (as flash-attn >= 2.1): query i sees the
+            keys ``j <= i + seqlen_k - seqlen_q``. A query that sees no key (seqlen_q > seqlen_k)
+            gets out = 0 and lse = -inf.
+
+    Each tensor's last dim must be contiguous and its other strides multiples of 8 elements, with
+    the data 16-byte aligned; views such as slices of a fused QKV projection work as they are.
+
+    Returns:
+        ``(out, lse)``: out a new contiguous tensor shaped like q in q's dtype; lse the float32
+        log-sum-exp of each query's scaled scores (the softmax denominator), ``[batch, heads_q,
+        seqlen_q]``, contiguous.
+    """
+    _check_args("flash_fwd", q, k, v, softmax_scale, causal)
+    require_kernels("flash_fwd")
+    return torch.ops.cute_ops.flash_fwd(q, k, v, softmax_scale=_scale_arg(softmax_scale), causal=causal)
+
+
+def flash_fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                     cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                     softmax_scale: float | None = None,
+                     causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`flash_fwd` over a packed batch of sequences of different lengths, with no padding.
+
+    Sequence b is rows ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` of q and ``cu_seqlens_k[b]:
+    cu_seqlens_k[b+1]`` of k and v; it attends only within itself, with the causal alignment and
+    the rule for queries that see no key applied per sequence. A sequence may be empty; one with no
+    keys gives each of its queries out = 0 and lse = -inf.
+
+    Args:
+        q: ``[total_q, heads_q, head_dim]``, as for :func:`flash_fwd` without the batch dim.
+        k: ``[total_k, heads_kv, head_dim]``.
+        v: k's shape.
+        cu_seqlens_q: int32 ``[batch + 1]`` on q's device, contiguous: 0, then the running total of
+            the query lengths, ending at total_q.
+        cu_seqlens_k: the same for the key lengths; the same length as cu_seqlens_q.
+        max_seqlen_q: an int >= 1, at least every query length.
+        max_seqlen_k: an int >= 1, at least every key length.
+        softmax_scale, causal: as for :func:`flash_fwd`.
+
+    Nothing checks the offsets' values, since reading them on the host would need a sync: that
+    they start at 0, never decrease, end at total_q and total_k, and give no sequence longer than
+    max_seqlen_q and max_seqlen_k is up to the caller.
+
+    Returns:
+        ``(out, lse)``: out ``[total_q, heads_q, head_dim]``, contiguous, q's dtype; lse float32
+        ``[heads_q, total_q]``, contiguous.
+    """
+    _check_varlen_args("flash_fwd_varlen", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       softmax_scale, causal)
+    require_kernels("flash_fwd_varlen")
+    return torch.ops.cute_ops.flash_fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                               softmax_scale=_scale_arg(softmax_scale), causal=causal)
+
+
+def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, softmax_scale: float | None = None,
+                    causal: bool = False, return_lse: bool = False):
+    """Attention with flash-attn's layout and arguments (``[batch, seqlen, heads, head_dim]``,
+    bottom-right causal): see :func:`flash_fwd`. Returns out, or ``(out, lse)`` when return_lse.
+
+    The options are keyword-only: flash-attn's fourth positional argument is ``dropout_p``, which
+    this forward-only op does not have, so a positional call ported from flash-attn must fail
+    rather than take the dropout rate as the scale."""
+    out, lse = flash_fwd(q, k, v, softmax_scale, causal)
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                           cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, *,
+                           softmax_scale: float | None = None, causal: bool = False, return_lse: bool = False):
+    """Packed variable-length attention with flash-attn's arguments: see :func:`flash_fwd_varlen`.
+    Returns out, or ``(out, lse)`` when return_lse. The options are keyword-only, as for
+    :func:`flash_attn_func` (flash-attn's next positional argument is ``dropout_p``)."""
+    out, lse = flash_fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                softmax_scale, causal)
+    return (out, lse) if return_lse else out
+
+
+def _empty_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # What the CUDA impls return (csrc/flash_fwd/): out a contiguous tensor like q; lse float32 with
+    # the heads before the tokens: [batch, heads_q, seqlen_q], or [heads_q, total_q] for varlen.
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((*q.shape[:-3], q.shape[-2], q.shape[-3]), dtype=torch.float32, device=q.device)
+    return out, lse
+
+
+def _backward_not_implemented(op: str):
+    def backward(ctx, grad_out, grad_lse):
+        raise NotImplementedError(
+            f"cute_ops.{op}: backward is not implemented yet; call it under torch.no_grad() or "
+            f"torch.inference_mode() for inference, and use torch.nn.functional.scaled_dot_product_attention "
+            f"where gradients are needed")
+    return backward
+
+
+if schemas_loaded():
+    @torch.library.register_fake("cute_ops::flash_fwd")
+    def _flash_fwd_fake(q, k, v, softmax_scale=None, causal=False):
+        _check_args("flash_fwd", q, k, v, softmax_scale, causal)
+        return _empty_outputs(q)
+
+    @torch.library.register_fake("cute_ops::flash_fwd_varlen")
+    def _flash_fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               softmax_scale=None, causal=False):
+        _check_varlen_args("flash_fwd_varlen", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           softmax_scale, causal)
+        return _empty_outputs(q)
+
+    # Until the backward kernels exist, a graph that reaches these ops must fail at backward time
+    # rather than treat them as constants and return missing grads. Nothing is saved for backward.
+    torch.library.register_autograd("cute_ops::flash_fwd", _backward_not_implemented("flash_fwd"))
+    torch.library.register_autograd("cute_ops::flash_fwd_varlen", _backward_not_implemented("flash_fwd_varlen"))
