@@ -35,10 +35,19 @@ def has_metric(rows: list[dict], name: str) -> bool:
     return any(name in r["metrics"] for r in rows)
 
 
+def fa2_us(r: dict) -> float | None:
+    """FlashAttention-2's time: the flash_attn package where it was measured, else SDPA's FLASH
+    backend (FlashAttention-2's code inside PyTorch)."""
+    b = r["baselines_us"]
+    return b.get("flash_attn", b.get("sdpa_flash"))
+
+
 def family_table(rows: list[dict]) -> str:
     names = sorted({b for r in rows for b in r["baselines_us"]})
     with_tflops, with_tbps = has_metric(rows, "tflops"), has_metric(rows, "TBps")
+    with_fa2 = any(fa2_us(r) for r in rows)
     head = ["op", "shape", "dtype", "ours us", *[f"{n} us" for n in names], "vs best",
+            *(["vs FA2"] if with_fa2 else []),
             *(["TFLOP/s"] if with_tflops else []), *(["TB/s", "of copy"] if with_tbps else [])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -46,6 +55,8 @@ def family_table(rows: list[dict]) -> str:
         cells = [r["op"], fmt_shape(r["shape"]), r["dtype"], f"{r['ours_us']:.1f}",
                  *[f"{r['baselines_us'][n]:.1f}" if n in r["baselines_us"] else "-" for n in names],
                  f"{m['speedup_vs_best_baseline']:.2f}x" if "speedup_vs_best_baseline" in m else "-"]
+        if with_fa2:
+            cells.append(f"{fa2_us(r) / r['ours_us']:.3f}x" if fa2_us(r) else "-")
         if with_tflops:
             cells.append(f"{m['tflops']:.1f}" if "tflops" in m else "-")
         if with_tbps:
@@ -71,20 +82,22 @@ def plot_family(family: str, rows: list[dict], ceilings: dict, device: str) -> p
         metric, ceiling, ceiling_label = "TBps", ceilings["copy_TBps"], "copy ceiling"
         unit, ylabel = "TB/s", "effective TB/s (minimum bytes / time)"
     names = ["ours", *sorted({b for r in rows for b in r["baselines_us"]})]
-    labels = [f"{r['op']}\n{fmt_shape(r['shape'])}\n{r['dtype']}" for r in rows]
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4.5))
-    width = 0.8 / len(names)
+    # Horizontal bars, one group per case, so that long shape labels stay readable.
+    labels = [f"{r['op']} {fmt_shape(r['shape'])} {r['dtype']}" for r in rows]
+    height = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(10, max(3.0, 0.22 * len(rows) * len(names) + 1.2)))
     for i, name in enumerate(names):
         vals = []
         for r in rows:
             us = r["ours_us"] if name == "ours" else r["baselines_us"].get(name)
             vals.append(r["metrics"][metric] * r["ours_us"] / us if us and metric in r["metrics"] else 0)
-        ax.bar([x + i * width for x in range(len(rows))], vals, width, label=name)
-    ax.axhline(ceiling, color="k", ls="--", lw=1, label=f"{ceiling_label} {ceiling:.2f} {unit}")
-    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(rows))], labels, fontsize=7)
-    ax.set_ylabel(ylabel)
+        ax.barh([y + i * height for y in range(len(rows))], vals, height, label=name)
+    ax.axvline(ceiling, color="k", ls="--", lw=1, label=f"{ceiling_label} {ceiling:.2f} {unit}")
+    ax.set_yticks([y + 0.4 - height / 2 for y in range(len(rows))], labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(ylabel)
     ax.set_title(f"{family} on {device}")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     out = DOCS / "img" / f"bench_{family}.png"
     out.parent.mkdir(parents=True, exist_ok=True)
