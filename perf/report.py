@@ -21,7 +21,8 @@ BASELINES = {
     "torch_eager": "the same math in PyTorch eager (`cute_ops.reference`)",
     "torch_compile": "that function through `torch.compile(fullgraph=True)`",
     "torch_rms_norm": "`torch.nn.functional.rms_norm`",
-    "sdpa_flash": "`torch.nn.functional.scaled_dot_product_attention` restricted to its FlashAttention backend",
+    "sdpa_flash": ("`torch.nn.functional.scaled_dot_product_attention` restricted to its FlashAttention backend "
+                   "(FlashAttention-2's code: the reference of the 'vs FA2' column unless flash_attn was measured)"),
     "sdpa_cudnn": "the same restricted to its cuDNN backend",
     "flash_attn": "`flash_attn_func` of the flash-attn package",
 }
