@@ -20,6 +20,9 @@ import sys
 
 from setuptools import setup
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "scripts"))
+from build_config import NVCC_FLAGS, find_cutlass_include, gencode_flags  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parent
 CSRC = ROOT / "csrc"
 # Directories of csrc/ that hold shared code rather than an op family.
@@ -28,24 +31,6 @@ NON_FAMILIES = {"common"}
 
 def log(msg: str) -> None:
     print(f"cute_ops setup: {msg}", file=sys.stderr)
-
-
-def find_cutlass() -> pathlib.Path | None:
-    """CUTLASS_DIR, then third_party/cutlass, then the installed nvidia-cutlass wheel."""
-    candidates = []
-    if os.environ.get("CUTLASS_DIR"):
-        candidates.append(pathlib.Path(os.environ["CUTLASS_DIR"]))
-    candidates.append(ROOT / "third_party" / "cutlass")
-    try:
-        import cutlass_library  # type: ignore
-
-        candidates.append(pathlib.Path(cutlass_library.__file__).parent / "source")
-    except ImportError:
-        pass
-    for c in candidates:
-        if (c / "include" / "cute" / "tensor.hpp").exists():
-            return c / "include"
-    return None
 
 
 def families() -> list[str]:
@@ -58,15 +43,6 @@ def families() -> list[str]:
     if unknown:
         raise SystemExit(f"CUTE_OPS_FAMILIES names unknown families {unknown}; present: {present}")
     return chosen
-
-
-def gencode_flags() -> list[str]:
-    flags = []
-    for arch in os.environ.get("CUTE_OPS_ARCHS", "90a;80").replace(",", ";").split(";"):
-        arch = arch.strip()
-        if arch:
-            flags.append(f"-gencode=arch=compute_{arch},code=sm_{arch}")
-    return flags
 
 
 def extensions():
@@ -83,7 +59,7 @@ def extensions():
         return [CppExtension("cute_ops._C", bindings, include_dirs=[str(CSRC)],
                              extra_compile_args={"cxx": cxx_flags})]
 
-    cutlass = find_cutlass()
+    cutlass = find_cutlass_include()
     if cutlass is None:
         raise SystemExit("CUTLASS headers not found: set CUTLASS_DIR, run `python scripts/fetch_cutlass.py`, "
                          "or `pip install nvidia-cutlass==4.2.0.0`")
@@ -93,12 +69,7 @@ def extensions():
         sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / fam).rglob("*.cu"))
         sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / fam).rglob("*.cpp"))
     log(f"CUDA {torch.version.cuda}, CUTLASS {cutlass}, families {fams}, {len(sources)} translation units")
-    nvcc_flags = ["-O3", "--expt-relaxed-constexpr", "--expt-extended-lambda",
-                  "--use_fast_math", "-lineinfo", "-DNDEBUG",
-                  # PyTorch's extension flags turn these off; CuTe's 16-bit types need them.
-                  "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
-                  "-U__CUDA_NO_BFLOAT16_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
-                  "-U__CUDA_NO_HALF2_OPERATORS__"] + gencode_flags()
+    nvcc_flags = NVCC_FLAGS + gencode_flags(os.environ.get("CUTE_OPS_ARCHS", "90a;80"))
     return [CUDAExtension("cute_ops._C", sources, include_dirs=[str(CSRC), str(cutlass)],
                           extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags})]
 

@@ -19,17 +19,18 @@ import subprocess
 import sys
 import time
 
+from build_config import NVCC_FLAGS, find_cutlass_include, gencode_flags
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
 OUT = ROOT / "build" / "compile_check"
 
 
 def cutlass_include() -> pathlib.Path:
-    for c in ([pathlib.Path(os.environ["CUTLASS_DIR"])] if os.environ.get("CUTLASS_DIR") else []) + \
-             [ROOT / "third_party" / "cutlass"]:
-        if (c / "include" / "cute" / "tensor.hpp").exists():
-            return c / "include"
-    raise SystemExit("CUTLASS headers not found: run `python scripts/fetch_cutlass.py` first")
+    found = find_cutlass_include()
+    if found is None:
+        raise SystemExit("CUTLASS headers not found: run `python scripts/fetch_cutlass.py` first")
+    return found
 
 
 def cuda_home() -> pathlib.Path:
@@ -60,8 +61,7 @@ def commands(archs: list[str], only: set[str] | None) -> list[tuple[str, list[st
             for arch in archs:
                 obj = OUT / f"{str(rel).replace('/', '_')}.sm_{arch}.o"
                 cmds.append((f"{rel} [sm_{arch}]", [
-                    "nvcc", "-c", str(src), "-o", str(obj), "-std=c++17", "-O3", "--expt-relaxed-constexpr",
-                    "--expt-extended-lambda", "--use_fast_math", f"-gencode=arch=compute_{arch},code=sm_{arch}",
+                    "nvcc", "-c", str(src), "-o", str(obj), "-std=c++17", *NVCC_FLAGS, *gencode_flags(arch),
                     *common]))
         else:
             obj = OUT / f"{str(rel).replace('/', '_')}.o"
