@@ -341,9 +341,23 @@ def test_grouped_query_attention(seqlen_q, seqlen_k, causal, heads_q):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("softmax_scale", [0.05, 1.0])
-def test_explicit_softmax_scale(softmax_scale):
-    _run_and_check(*_qkv(2, 200, 200, 4, 4, 64, torch.float16), softmax_scale=softmax_scale, causal=True)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("softmax_scale", [0.05, 1.0, 0.0, -0.2])  # 0: uniform weights; < 0: applied to -q
+def test_explicit_softmax_scale(softmax_scale, causal):
+    _run_and_check(*_qkv(2, 200, 200, 4, 4, 64, torch.float16), softmax_scale=softmax_scale, causal=causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_scores_growing_along_the_keys(causal, dtype):
+    # The kernel moves the max it subtracts only when a score exceeds it by 2^8: here the scores
+    # grow with the key index (scaled std 0.2 -> 6), so tiles run against a stale max (P up to 256)
+    # between rescales, and one late key scores far above all others.
+    q, k, v = _qkv(2, 1000, 1000, 4, 2, 128, torch.float32)
+    k = k * torch.linspace(0.2, 6.0, 1000, device="cuda")[None, :, None, None]
+    k[:, 900] = 3 * q[:, 990, ::2]
+    _run_and_check(q.to(dtype), k.to(dtype), v.to(dtype), causal=causal)
 
 
 def _strided_qkv(layout, batch, seqlen, heads_q, heads_kv, head_dim, dtype):

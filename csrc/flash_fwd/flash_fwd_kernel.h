@@ -123,6 +123,21 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
   copy_rows(gmem_copy, tQgQ, tQsQ, tQcQ, rows_q);
   copy_rows(gmem_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, seq.seqlen_k - n_block * kBlockN);
   cp_async_fence();
+  if (p.negate_q) {
+    // Each thread flips the sign of the Q chunks it loaded itself (visible to it after its own
+    // wait); the first __syncthreads of the mainloop publishes them.
+    cp_async_wait<0>();
+#pragma unroll
+    for (int m = 0; m < size<1>(tQsQ); ++m) {
+#pragma unroll
+      for (int k = 0; k < size<2>(tQsQ); ++k) {
+        uint4* chunk = reinterpret_cast<uint4*>(&tQsQ(0, m, k));  // one 16-byte cp.async destination
+        uint4 v = *chunk;
+        v.x ^= 0x80008000u, v.y ^= 0x80008000u, v.z ^= 0x80008000u, v.w ^= 0x80008000u;  // 16-bit sign bits
+        *chunk = v;
+      }
+    }
+  }
   clear(acc_o);
 
   constexpr int kRows = 2 * decltype(size<1>(acc_o))::value;

@@ -1,4 +1,5 @@
 // Torch glue for flash_fwd and flash_fwd_varlen: checks, output allocation, launch, registration.
+#include <algorithm>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <cmath>
@@ -53,8 +54,9 @@ FlashFwdParams make_params(const at::Tensor& q, const at::Tensor& k, const at::T
   p.v_row_stride = v.stride(-3), p.v_head_stride = v.stride(-2);
   p.o_row_stride = out.stride(-3), p.o_head_stride = out.stride(-2);
   const double scale = softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(p.d)));
-  p.scale_softmax = static_cast<float>(scale);
-  p.scale_softmax_log2 = static_cast<float>(scale * 1.4426950408889634);  // log2(e)
+  p.negate_q = scale < 0;
+  p.scale_softmax = static_cast<float>(std::abs(scale));
+  p.scale_softmax_log2 = std::max(static_cast<float>(std::abs(scale) * 1.4426950408889634), 1e-30f);  // log2(e)
   p.is_causal = causal;
   p.is_bf16 = q.scalar_type() == at::kBFloat16;
   return p;

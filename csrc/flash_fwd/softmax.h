@@ -6,6 +6,15 @@
 // exp2(s * scale_log2 - max * scale_log2), one FFMA and one EX2 per score. A row that has seen
 // only masked (-inf) scores keeps max = -inf: its exponentials use 0 as the subtracted max (so they
 // are exp2(-inf) = 0, not NaN), and it ends with sum 0, output 0 and lse = -inf.
+//
+// Lazy rescaling: the max that the exponentials subtract (row_max) is only moved when some row of
+// the warp has seen a score more than kRescaleThreshold (log2 units) above it; until then the
+// probabilities may exceed 1, by at most 2^kRescaleThreshold, which fp32 sums and 16-bit P hold
+// without loss (the relative rounding of bf16/fp16 does not depend on magnitude). O and l are
+// scaled by the same stale max, so the result is exact; only the rescale of O (kRows x head dim
+// multiplies a thread) is skipped, which after the first few key tiles is almost every tile. The
+// decision is warp-uniform (a vote), so no lane diverges. The idea is FlashAttention-4's.
+// Requires scale_log2 >= 0: a negative softmax scale is applied by negating Q instead.
 #include <cute/tensor.hpp>
 
 #include <cmath>
@@ -44,6 +53,8 @@ __device__ __forceinline__ auto acc_as_a_operand(Layout acc) {
 
 template <int kRows>
 struct OnlineSoftmax {
+  static constexpr float kRescaleThreshold = 8.f;  // log2 units: P stays below 256
+
   float row_max[kRows];
   float row_sum[kRows];  // this thread's partial sums; quad-reduced in finalize()
 
@@ -56,29 +67,43 @@ struct OnlineSoftmax {
   }
 
   // scores: the S tile in rowcol view, replaced by unnormalised probabilities P. acc_o: the O
-  // accumulator in rowcol view, rescaled to the new running max. On the first tile the rescale
-  // factor is exp2(-inf) = 0 against a zero sum and a zero accumulator, so no special case.
+  // accumulator in rowcol view, rescaled when the reference max moves. On the first tile the
+  // rescale factor is exp2(-inf) = 0 against a zero sum and a zero accumulator, so no special case.
   template <typename TensorS, typename TensorO>
   __device__ __forceinline__ void update(TensorS& scores, TensorO& acc_o, float scale_log2) {
     static_assert(decltype(size<0>(scores))::value == kRows);
+    float tile_max[kRows];
+    bool stale = false;
 #pragma unroll
     for (int mi = 0; mi < kRows; ++mi) {
       float m = row_max[mi];
 #pragma unroll
       for (int ni = 0; ni < size<1>(scores); ++ni) m = fmaxf(m, scores(mi, ni));
-      m = quad_max(m);
-      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+      tile_max[mi] = quad_max(m);
+      // -inf > -inf + t is false: a row still fully masked does not force a rescale.
+      stale |= tile_max[mi] * scale_log2 > row_max[mi] * scale_log2 + kRescaleThreshold;
+    }
+    if (__any_sync(0xffffffffu, stale)) {
+#pragma unroll
+      for (int mi = 0; mi < kRows; ++mi) {
+        const float m_scaled = tile_max[mi] == -INFINITY ? 0.f : tile_max[mi] * scale_log2;
+        const float rescale = exp2f(row_max[mi] * scale_log2 - m_scaled);  // 0 while the old max is -inf
+        row_sum[mi] *= rescale;
+#pragma unroll
+        for (int ni = 0; ni < size<1>(acc_o); ++ni) acc_o(mi, ni) *= rescale;
+        row_max[mi] = tile_max[mi];
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < kRows; ++mi) {
+      const float m_scaled = row_max[mi] == -INFINITY ? 0.f : row_max[mi] * scale_log2;
       float s = 0.f;
 #pragma unroll
       for (int ni = 0; ni < size<1>(scores); ++ni) {
         scores(mi, ni) = exp2f(scores(mi, ni) * scale_log2 - m_scaled);
         s += scores(mi, ni);
       }
-      const float rescale = exp2f(row_max[mi] * scale_log2 - m_scaled);  // 0 while the old max is -inf
-      row_sum[mi] = row_sum[mi] * rescale + s;
-#pragma unroll
-      for (int ni = 0; ni < size<1>(acc_o); ++ni) acc_o(mi, ni) *= rescale;
-      row_max[mi] = m;
+      row_sum[mi] += s;
     }
   }
 
