@@ -7,6 +7,8 @@ import cases_rope
 from harness import Case
 
 FAMILIES = {"norm": cases_norm.cases, "rope": cases_rope.cases, "flash_fwd": cases_flash.cases}
+# One op per family whose CUDA kernels must be built for its cases to run.
+FAMILY_OPS = {"norm": "rms_norm", "rope": "rotary_embedding", "flash_fwd": "flash_fwd"}
 
 
 def all_cases(families: list[str] | None = None) -> list[Case]:
@@ -15,3 +17,7 @@ def all_cases(families: list[str] | None = None) -> list[Case]:
     if unknown:
         raise SystemExit(f"unknown benchmark families {sorted(unknown)}; known: {sorted(FAMILIES)}")
     return [c for f in chosen for c in FAMILIES[f]()]
+
+
+def chosen_families(families: list[str] | None = None) -> list[str]:
+    return families or list(FAMILIES)

@@ -20,7 +20,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from harness import TIMING, ceilings, time_case  # noqa: E402
-from registry import all_cases  # noqa: E402
+from registry import FAMILY_OPS, all_cases, chosen_families  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -79,14 +79,17 @@ def main() -> None:
         raise SystemExit("perf/run.py needs a CUDA GPU")
     import cute_ops
 
-    if not cute_ops.cuda_kernels_available():
-        raise SystemExit("cute_ops was built without CUDA kernels: `pip install --no-build-isolation -e .`")
+    families = chosen_families(args.families.split(",") if args.families else None)
+    missing = [f for f in families if not cute_ops.cuda_kernels_available(FAMILY_OPS.get(f, f))]
+    if missing:
+        raise SystemExit(f"cute_ops was built without the CUDA kernels of {missing}: "
+                         "`pip install --no-build-isolation -e .` (CUTE_OPS_FAMILIES unset builds all)")
 
     ceil = ceilings()
     print(f"{torch.cuda.get_device_name()}: copy {ceil['copy_TBps']} TB/s, "
           f"bf16 matmul {ceil['matmul_bf16_tflops']} TFLOP/s", flush=True)
     results = []
-    for case in all_cases(args.families.split(",") if args.families else None):
+    for case in all_cases(families):
         r = measure(case, ceil)
         print(f"  {case.id}: ours {r['ours_us']} us, baselines {r['baselines_us']}", flush=True)
         results.append(r)

@@ -13,7 +13,7 @@ template <int kHeadDim, typename Element>
 struct FlashFwdTileConfig;
 template <typename E> struct FlashFwdTileConfig<64, E> { using type = FlashFwdTraits<64, 128, 128, 4, E>; };
 template <typename E> struct FlashFwdTileConfig<96, E> { using type = FlashFwdTraits<96, 128, 64, 4, E>; };
-template <typename E> struct FlashFwdTileConfig<128, E> { using type = FlashFwdTraits<128, 128, 64, 4, E>; };
+template <typename E> struct FlashFwdTileConfig<128, E> { using type = FlashFwdTraits<128, 256, 64, 8, E>; };
 template <typename E> struct FlashFwdTileConfig<256, E> { using type = FlashFwdTraits<256, 128, 64, 8, E>; };
 
 }  // namespace flash
