@@ -328,8 +328,10 @@ def test_flash_fwd_matches_reference(seqlen_q, seqlen_k, causal, head_dim, dtype
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
-def test_flash_fwd_long_sequences(causal, head_dim, dtype):
-    _run_and_check(*_qkv(1, 4097, 4097, 2, 2, head_dim, dtype), causal=causal)
+# seqlen_k >= 2048 selects the 256-row tile for non-causal head dim 128; 2047 the 128-row one.
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(4097, 4097), (17, 2100), (300, 2047)])
+def test_flash_fwd_long_sequences(seqlen_q, seqlen_k, causal, head_dim, dtype):
+    _run_and_check(*_qkv(1, seqlen_q, seqlen_k, 2, 2, head_dim, dtype), causal=causal)
 
 
 @pytest.mark.gpu
@@ -413,6 +415,19 @@ def test_varlen_matches_reference(num_seqs, causal, head_dim, dtype):
     q = torch.randn(sum(lengths_q), 8, head_dim, device="cuda").to(dtype)
     k = torch.randn(sum(lengths_k), 2, head_dim, device="cuda").to(dtype)
     v = torch.randn(sum(lengths_k), 2, head_dim, device="cuda").to(dtype)
+    cu_q, cu_k = _cu_seqlens(lengths_q, "cuda"), _cu_seqlens(lengths_k, "cuda")
+    poison_allocator(q.numel() * q.element_size(), q.shape[0] * q.shape[1] * 4)
+    out, lse = cute_ops.flash_fwd_varlen(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal)
+    _assert_varlen_matches_reference(q, k, v, cu_q, cu_k, out, lse, causal=causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_long_sequences(causal):
+    lengths_q, lengths_k = [2100, 5, 700], [2300, 4000, 1]
+    q = torch.randn(sum(lengths_q), 4, 128, device="cuda").to(torch.bfloat16)
+    k = torch.randn(sum(lengths_k), 2, 128, device="cuda").to(torch.bfloat16)
+    v = torch.randn(sum(lengths_k), 2, 128, device="cuda").to(torch.bfloat16)
     cu_q, cu_k = _cu_seqlens(lengths_q, "cuda"), _cu_seqlens(lengths_k, "cuda")
     poison_allocator(q.numel() * q.element_size(), q.shape[0] * q.shape[1] * 4)
     out, lse = cute_ops.flash_fwd_varlen(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=causal)
