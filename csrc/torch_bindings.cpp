@@ -29,6 +29,19 @@ TORCH_LIBRARY(cute_ops, m) {
   // Returns out [total_q, Hq, D] and lse [Hq, total_q] float32.
   m.def("flash_fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
         "int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, bool causal=False) -> (Tensor, Tensor)");
+
+  // ---- flash_decode (csrc/flash_decode) ---------------------------------------------------
+  // Split-KV attention of 1..16 new tokens a sequence over a KV cache. q [B, Sq, Hq, D]; cache
+  // contiguous [B, capacity, Hkv, D], or paged [num_pages, page_size, Hkv, D] with block_table
+  // int32 [B, max_pages]; cache_seqlens int32 [B] keys already cached. With k_new/v_new
+  // [B, Sq, Hkv, D] the op first writes them into the caches at cache_seqlens[b] (rotating q and
+  // k_new by rotate-half RoPE at those positions when rotary_cos/rotary_sin [positions, rot/2] are
+  // given) and attends over cache_seqlens[b] + Sq keys; the caller advances cache_seqlens. causal
+  // masks within the new tokens (bottom-right). num_splits = 0 picks the split count. Returns
+  // out [B, Sq, Hq, D] and lse [B, Hq, Sq] float32.
+  m.def("flash_decode(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_seqlens, Tensor? k_new=None, "
+        "Tensor? v_new=None, Tensor? block_table=None, Tensor? rotary_cos=None, Tensor? rotary_sin=None, "
+        "float? softmax_scale=None, bool causal=True, int num_splits=0) -> (Tensor, Tensor)");
 }
 
 CUTE_OPS_REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

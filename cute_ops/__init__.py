@@ -4,6 +4,7 @@ Each op family lives in its own module (wrapper, checks and fake impl together) 
 csrc/<family>/; every op schema is declared in csrc/torch_bindings.cpp.
 """
 from ._library import cuda_kernels_available, schemas_loaded
+from .decode import flash_decode
 from .flash import flash_attn_func, flash_attn_varlen_func, flash_fwd, flash_fwd_varlen
 from .norm import fused_add_rms_norm, rms_norm
 from .rope import Llama3RopeScaling, rope_cos_sin_cache, rope_inv_freq, rotary_embedding
@@ -15,6 +16,7 @@ __all__ = [
     "cuda_kernels_available",
     "flash_attn_func",
     "flash_attn_varlen_func",
+    "flash_decode",
     "flash_fwd",
     "flash_fwd_varlen",
     "fused_add_rms_norm",

@@ -82,3 +82,46 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         outs.append(out[0])
         lses.append(lse[0])
     return torch.cat(outs), torch.cat(lses, dim=-1)
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+                     k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
+                     block_table: torch.Tensor | None = None, rotary_cos: torch.Tensor | None = None,
+                     rotary_sin: torch.Tensor | None = None, softmax_scale: float | None = None,
+                     causal: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """flash_decode's result, computed sequence by sequence without touching the inputs; returns
+    ``(out, lse, k_cache, v_cache)`` with the caches as they should be after the call (copies).
+
+    The new tokens (q, and k_new/v_new when given) are rotated in the inputs' dtype, as the kernel
+    stores them; attention is :func:`attention` in at least float32 with the diagonal aligned
+    bottom-right, so that new token i sees the keys up to its own position."""
+    k_cache, v_cache = k_cache.clone(), v_cache.clone()
+    batch, tokens = q.shape[:2]
+    page_size = k_cache.shape[1]
+    outs, lses = [], []
+    for b in range(batch):
+        cached = int(cache_seqlens[b])
+        qb = q[b:b + 1]
+        if k_new is not None:
+            positions = torch.arange(cached, cached + tokens, device=q.device)
+            kb_new, vb_new = k_new[b:b + 1], v_new[b:b + 1]
+            if rotary_cos is not None:
+                cos_sin = torch.cat([rotary_cos, rotary_sin], dim=-1)
+                qb, kb_new = rotary_embedding(qb, kb_new, positions[None], cos_sin)
+            rows = positions
+            if block_table is None:
+                k_cache[b, rows], v_cache[b, rows] = kb_new[0], vb_new[0]
+            else:
+                pages = block_table[b, rows // page_size].long()
+                k_cache[pages, rows % page_size], v_cache[pages, rows % page_size] = kb_new[0], vb_new[0]
+        length = cached + (tokens if k_new is not None else 0)
+        keys = torch.arange(length, device=q.device)
+        if block_table is None:
+            kb, vb = k_cache[b, keys], v_cache[b, keys]
+        else:
+            pages = block_table[b, keys // page_size].long()
+            kb, vb = k_cache[pages, keys % page_size], v_cache[pages, keys % page_size]
+        out, lse = attention(qb, kb[None], vb[None], softmax_scale, causal)
+        outs.append(out)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses), k_cache, v_cache

@@ -1,14 +1,17 @@
 """Every benchmark case, by family."""
 from __future__ import annotations
 
+import cases_decode
 import cases_flash
 import cases_norm
 import cases_rope
 from harness import Case
 
-FAMILIES = {"norm": cases_norm.cases, "rope": cases_rope.cases, "flash_fwd": cases_flash.cases}
+FAMILIES = {"norm": cases_norm.cases, "rope": cases_rope.cases, "flash_fwd": cases_flash.cases,
+            "flash_decode": cases_decode.cases}
 # One op per family whose CUDA kernels must be built for its cases to run.
-FAMILY_OPS = {"norm": "rms_norm", "rope": "rotary_embedding", "flash_fwd": "flash_fwd"}
+FAMILY_OPS = {"norm": "rms_norm", "rope": "rotary_embedding", "flash_fwd": "flash_fwd",
+              "flash_decode": "flash_decode"}
 
 
 def all_cases(families: list[str] | None = None) -> list[Case]:

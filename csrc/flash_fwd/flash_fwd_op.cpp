@@ -1,7 +1,7 @@
 // Torch glue for flash_fwd and flash_fwd_varlen: checks, output allocation, launch, registration.
-#include <algorithm>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/torch_utils.h"

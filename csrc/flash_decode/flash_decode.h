@@ -1,0 +1,79 @@
+#pragma once
+// Flash-Decoding over a KV cache: the torch-free interface between the op glue
+// (flash_decode_op.cpp) and the kernels (append, split-KV attention, combine).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace cute_ops {
+
+struct FlashDecodeParams {
+  using index_t = int64_t;
+
+  // q [b, sq, h, d] (or the rotated copy the append kernel wrote), strides in elements.
+  const void* q;
+  index_t q_batch_stride, q_row_stride, q_head_stride;
+
+  // The cache. Contiguous: [b, capacity, h_k, d], "page" = batch index, page_size = capacity.
+  // Paged: [num_pages, page_size, h_k, d]; key j of sequence b lives in page
+  // block_table[b * block_table_stride + j / page_size], row j % page_size.
+  void* k_cache;
+  void* v_cache;
+  index_t k_page_stride, k_row_stride, k_head_stride;
+  index_t v_page_stride, v_row_stride, v_head_stride;
+  const int* block_table;  // nullptr: contiguous
+  index_t block_table_stride;
+  int max_pages;   // block_table columns (paged) or 1 (contiguous)
+  int page_size;   // rows per page (paged) or capacity (contiguous)
+  int num_pages;   // pages in the cache tensor (paged) or b (contiguous)
+
+  const int* cache_seqlens;  // [b]: keys in the cache before this call's append
+
+  // New tokens, appended at cache_seqlens[b] before attending (seqlen_new = sq), or none (0).
+  int seqlen_new;
+  const void* k_new;
+  const void* v_new;
+  index_t knew_batch_stride, knew_row_stride, knew_head_stride;
+  index_t vnew_batch_stride, vnew_row_stride, vnew_head_stride;
+  const void* q_in;  // the caller's q, read by the append kernel when it writes the rotated q
+  index_t qin_batch_stride, qin_row_stride, qin_head_stride;
+  // Rotate-half RoPE of q and k_new at positions cache_seqlens[b] + i: cos and sin
+  // [rotary_rows, rotary_dim / 2], row stride rotary_stride; nullptr: none.
+  const void* rotary_cos;
+  const void* rotary_sin;
+  index_t rotary_stride;
+  int rotary_dim, rotary_rows;
+  bool rotary_fp32;
+
+  // Outputs: out [b, sq, h, d] (strides below), lse [b, h, sq] contiguous float32. With
+  // num_splits > 1 the attention kernel writes float32 partials (rows (b * h + head) * sq + i) and
+  // the combine kernel reduces them.
+  void* o;
+  index_t o_batch_stride, o_row_stride, o_head_stride;
+  float* lse;
+  float* o_partial;    // [num_splits, b * h * sq, d]
+  float* lse_partial;  // [num_splits, b * h * sq]
+
+  int b, sq, h, h_k, d;
+  int num_splits;
+  float scale_softmax, scale_softmax_log2;  // as in FlashFwdParams: |scale|, and q negated when < 0
+  bool negate_q;
+  bool causal;
+  bool is_bf16;
+};
+
+bool flash_decode_supports_head_dim(int d);
+
+// Packed query rows of one kv head: (sq new tokens) x (h / h_k query heads), taken 16 (one MMA
+// row tile) a CTA. A CTA of 32 rows would need Q (64 registers a thread) and O (128) resident
+// and spills; more row blocks re-read the same K/V tiles, mostly from L2, as they run together.
+inline int flash_decode_rows(const FlashDecodeParams& p) { return p.sq * (p.h / p.h_k); }
+constexpr int kDecodeBlockM = 16;
+
+// The split count num_splits = 0 asks for: enough CTAs for two per SM, as long as each split
+// still covers at least two key tiles of the longest possible sequence (cache capacity).
+int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int max_seqlen);
+
+void run_flash_decode(const FlashDecodeParams& p, cudaStream_t stream);
+
+}  // namespace cute_ops

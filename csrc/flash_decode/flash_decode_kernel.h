@@ -1,0 +1,234 @@
+#pragma once
+// Split-KV attention of a few new query tokens over a KV cache (Flash-Decoding).
+//
+// Grid (num_splits, batch, kv heads x row blocks). A CTA packs the query heads that share one kv
+// head, times the new tokens, into the M dimension of its MMAs (GQA packing: each cache byte is
+// read once per kv head, not once per query head) and walks its share of the keys. Key tiles
+// stream through a kStages-deep cp.async ring; each warp runs the FlashAttention-2 inner loop
+// (S = Q K^T, online softmax, O += P V, Q and P in registers) on its own 16 keys of every tile,
+// so the CTA ends with one (O, lse) per warp, merged through shared memory. With one split the
+// CTA writes the output; otherwise float32 partials that flash_decode_combine merges by lse.
+//
+// Partition names as in flash_fwd: tSrQ = thread's register fragment of Q for the S MMA, etc.
+#include <cute/tensor.hpp>
+
+#include "flash_decode/cache_access.h"
+#include "flash_decode/flash_decode.h"
+#include "flash_decode/kernel_traits.h"
+#include "flash_fwd/softmax.h"
+#include "flash_fwd/utils.h"
+
+namespace cute_ops::decode {
+
+using namespace cute;
+using flash::OnlineSoftmax;
+using flash::acc_as_a_operand;
+using flash::acc_rowcol;
+using flash::convert_to;
+using flash::gemm_rs;
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const __grid_constant__ FlashDecodeParams p) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kStages = Traits::kStages;
+  constexpr int kNWarps = Traits::kNWarps;
+  extern __shared__ __align__(128) char smem[];
+
+  const int split = blockIdx.x;
+  const int bidb = blockIdx.y;
+  const int group = p.h / p.h_k;
+  const int rows = p.sq * group;  // packed (token, query head) rows of this kv head
+  const int m_blocks = (rows + kBlockM - 1) / kBlockM;
+  const int m_block = blockIdx.z % m_blocks;
+  const int bidh_k = blockIdx.z / m_blocks;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  const int seqlen = p.cache_seqlens[bidb] + p.seqlen_new;
+  check_capacity(p, bidb, seqlen);
+  const int n_tiles = (seqlen + kBlockN - 1) / kBlockN;
+  const int tiles_per_split = (n_tiles + p.num_splits - 1) / p.num_splits;
+  const int tile_begin = split * tiles_per_split;
+  const int tile_end = min(n_tiles, tile_begin + tiles_per_split);
+
+  // Packed row r = token * group + head-in-group.
+  auto q_row_offset = [&](int r) -> index_t {
+    const int i = r / group, g = r - i * group;
+    return bidb * p.q_batch_stride + i * p.q_row_stride + (bidh_k * group + g) * p.q_head_stride;
+  };
+
+  Element* sQ_ptr = reinterpret_cast<Element*>(smem);
+  Element* ring = sQ_ptr + Traits::kQElems;
+  const int chunk_col = (tid % Traits::kChunksPerRow) * Traits::kElemsPerChunk;
+  const int chunk_row = tid / Traits::kChunksPerRow;
+
+  // Q rows, zero past the last packed row.
+  {
+    Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr), typename Traits::SmemLayoutQ{});
+    const Element* q = static_cast<const Element*>(p.q);
+#pragma unroll
+    for (int r0 = 0; r0 < kBlockM; r0 += Traits::kRowsPerPass) {
+      const int r = m_block * kBlockM + r0 + chunk_row;
+      const bool valid = r < rows;
+      cp_async_16(&sQ(r0 + chunk_row, chunk_col), valid ? q + q_row_offset(r) + chunk_col : q, valid);
+    }
+  }
+
+  // One K or V tile of kBlockN keys into ring stage `stage`; keys past the sequence are zeros.
+  auto load_tile = [&](int tile, int stage) {
+    Element* k_dst = ring + (stage * 2 + 0) * kNWarps * Traits::kSlabElems;
+    Element* v_dst = ring + (stage * 2 + 1) * kNWarps * Traits::kSlabElems;
+    const Element* k_cache = static_cast<const Element*>(p.k_cache) + bidh_k * p.k_head_stride + chunk_col;
+    const Element* v_cache = static_cast<const Element*>(p.v_cache) + bidh_k * p.v_head_stride + chunk_col;
+#pragma unroll
+    for (int r0 = 0; r0 < kBlockN; r0 += Traits::kRowsPerPass) {
+      const int r = r0 + chunk_row;
+      const int key = tile * kBlockN + r;
+      const bool valid = key < seqlen;
+      int page = 0, row = 0;
+      if (valid) locate_key(p, bidb, key, page, row);
+      const int slab = r / Traits::kWarpKeys;
+      const int in_slab = typename Traits::SmemLayoutSlab{}(r % Traits::kWarpKeys, chunk_col);
+      cp_async_16(k_dst + slab * Traits::kSlabElems + in_slab,
+                  k_cache + page * p.k_page_stride + row * p.k_row_stride, valid);
+      cp_async_16(v_dst + slab * Traits::kSlabElems + in_slab,
+                  v_cache + page * p.v_page_stride + row * p.v_row_stride, valid);
+    }
+  };
+
+  // Prologue: Q with the first tile, then the rest of the ring. One commit group per stage, empty
+  // ones included, so that "wait until at most kStages - 2 groups are pending" always means the
+  // current tile has landed.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (tile_begin + s < tile_end) load_tile(tile_begin + s, s);
+    cute::cp_async_fence();
+  }
+
+  typename Traits::TiledMma tiled_mma;
+  auto thr_mma = tiled_mma.get_thread_slice(lane);
+  Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr), typename Traits::SmemLayoutQ{});
+  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K): all of Q, kept in registers
+  Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+  clear(acc_o);
+  Tensor acc_o_rc = make_tensor(acc_o.data(), acc_rowcol(acc_o.layout()));
+  constexpr int kRows = 2 * decltype(size<1>(acc_o))::value;
+  OnlineSoftmax<kRows> softmax;
+
+  auto smem_copy_q = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
+  auto smem_thr_copy_q = smem_copy_q.get_thread_slice(lane);
+  auto smem_copy_k = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
+  auto smem_thr_copy_k = smem_copy_k.get_thread_slice(lane);
+  auto smem_copy_v = make_tiled_copy_B(typename Traits::SmemCopyAtomTransposed{}, tiled_mma);
+  auto smem_thr_copy_v = smem_copy_v.get_thread_slice(lane);
+  // (row, key) of each S accumulator element within a warp's (kBlockM x 16) tile.
+  Tensor tScS = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<Traits::kWarpKeys>>{}));
+
+  // Keys a packed row may see: all `seqlen` keys, or with causal masking among the new tokens,
+  // those up to its own position (seqlen - sq + token).
+  const int first_limited_key = p.causal ? seqlen - p.sq : seqlen - 1;  // the smallest row limit
+
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    cute::cp_async_wait<kStages - 2>();
+    __syncthreads();  // this tile has landed for every thread; every warp is done with the stage refilled next
+    if (tile == tile_begin) {
+      // Q arrived with the first tile's group.
+      copy(smem_copy_q, smem_thr_copy_q.partition_S(sQ), smem_thr_copy_q.retile_D(tSrQ));
+      if (p.negate_q) {
+#pragma unroll
+        for (int i = 0; i < size(tSrQ); ++i) tSrQ(i) = -tSrQ(i);
+      }
+    }
+    const int next = tile + kStages - 1;
+    if (next < tile_end) load_tile(next, (next - tile_begin) % kStages);
+    cute::cp_async_fence();
+
+    const int stage = (tile - tile_begin) % kStages;
+    Element* k_slab = ring + ((stage * 2 + 0) * kNWarps + warp) * Traits::kSlabElems;
+    Element* v_slab = ring + ((stage * 2 + 1) * kNWarps + warp) * Traits::kSlabElems;
+    Tensor sK = make_tensor(make_smem_ptr(k_slab), typename Traits::SmemLayoutSlab{});
+    Tensor sVt = make_tensor(make_smem_ptr(v_slab), typename Traits::SmemLayoutSlabT{});
+    Tensor sVtNoSwizzle = make_tensor(make_smem_ptr(v_slab), typename Traits::SmemLayoutSlabTNoSwizzle{});
+
+    Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<Traits::kWarpKeys>>{});
+    clear(acc_s);
+    Tensor tSrK = thr_mma.partition_fragment_B(sK);
+    gemm_rs(acc_s, tSrQ, tSrK, smem_thr_copy_k.partition_S(sK), tiled_mma, smem_copy_k, smem_thr_copy_k);
+
+    const int key0 = tile * kBlockN + warp * Traits::kWarpKeys;
+    if (key0 + Traits::kWarpKeys - 1 > first_limited_key) {  // warp-uniform: only the last tiles
+#pragma unroll
+      for (int i = 0; i < size(acc_s); ++i) {
+        const int r = m_block * kBlockM + get<0>(tScS(i));
+        const int key = key0 + get<1>(tScS(i));
+        const int limit = p.causal ? seqlen - p.sq + r / group : seqlen - 1;
+        if (key > limit) acc_s(i) = -INFINITY;
+      }
+    }
+
+    Tensor scores = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
+    softmax.update(scores, acc_o_rc, p.scale_softmax_log2);
+    Tensor rP = convert_to<Element>(acc_s);
+    Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+    Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle);
+    gemm_rs(acc_o, tOrP, tOrVt, smem_thr_copy_v.partition_S(sVt), tiled_mma, smem_copy_v, smem_thr_copy_v);
+  }
+
+  // Merge the warps: each writes its normalised O and its rows' lse (natural log) to shared
+  // memory, reusing the ring; then every thread reduces a few columns of a few rows.
+  cute::cp_async_wait<0>();
+  __syncthreads();
+  float lse[kRows];
+  softmax.finalize(acc_o_rc, p.scale_softmax, lse);
+  float* sO = reinterpret_cast<float*>(ring);  // [warp][row][kHeadDim + 1] (+1: no bank conflicts)
+  float* sLse = reinterpret_cast<float*>(sQ_ptr);  // [warp][row]; Q is no longer needed
+  constexpr int kLd = kHeadDim + 1;
+  Tensor tOcO = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  Tensor tOcO_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
+#pragma unroll
+  for (int mi = 0; mi < size<0>(acc_o_rc); ++mi) {
+    const int row = get<0>(tOcO_rc(mi, 0));
+#pragma unroll
+    for (int ni = 0; ni < size<1>(acc_o_rc); ++ni) {
+      sO[(warp * kBlockM + row) * kLd + get<1>(tOcO_rc(mi, ni))] = acc_o_rc(mi, ni);
+    }
+    if (get<1>(tOcO_rc(mi, 0)) == 0) sLse[warp * kBlockM + row] = lse[mi];
+  }
+  __syncthreads();
+
+  const bool write_final = p.num_splits == 1;
+  for (int idx = tid; idx < kBlockM * kHeadDim; idx += Traits::kNThreads) {
+    const int row = idx / kHeadDim, col = idx % kHeadDim;
+    const int r = m_block * kBlockM + row;
+    if (r >= rows) continue;
+    float lse_max = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kNWarps; ++w) lse_max = fmaxf(lse_max, sLse[w * kBlockM + row]);
+    float o = 0.f, weight_sum = 0.f;
+    if (lse_max != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kNWarps; ++w) {
+        const float wt = __expf(sLse[w * kBlockM + row] - lse_max);
+        weight_sum += wt;
+        o += wt * sO[(w * kBlockM + row) * kLd + col];
+      }
+      o /= weight_sum;
+    }
+    const float row_lse = lse_max == -INFINITY ? -INFINITY : lse_max + __logf(weight_sum);
+    const int i = r / group, head = bidh_k * group + (r - (r / group) * group);
+    const index_t lse_row = (static_cast<index_t>(bidb) * p.h + head) * p.sq + i;
+    if (write_final) {
+      Element* out = static_cast<Element*>(p.o) + bidb * p.o_batch_stride + i * p.o_row_stride + head * p.o_head_stride;
+      out[col] = static_cast<Element>(o);
+      if (col == 0) p.lse[lse_row] = row_lse;
+    } else {
+      const index_t part = static_cast<index_t>(split) * p.b * p.h * p.sq + lse_row;
+      p.o_partial[part * kHeadDim + col] = o;
+      if (col == 0) p.lse_partial[part] = row_lse;
+    }
+  }
+}
+
+}  // namespace cute_ops::decode

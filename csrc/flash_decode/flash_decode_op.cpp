@@ -1,0 +1,199 @@
+// Torch glue for flash_decode: checks, output and workspace allocation, split count, launch,
+// registration. Values that live on the device (cache_seqlens, block_table entries) are checked
+// by the kernels; everything about shapes, dtypes and devices is checked here.
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <optional>
+
+#include "common/torch_utils.h"
+#include "flash_decode/flash_decode.h"
+
+namespace cute_ops {
+
+namespace {
+
+constexpr const char* kOp = "flash_decode";
+constexpr int kAlignElems = 8;  // 16-byte vectors of 16-bit elements
+constexpr int kMaxNewTokens = 16;
+
+void check_16bit_tensor(const at::Tensor& t, const at::Tensor& q, const char* name, int64_t dims) {
+  check_cuda_tensor(t, kOp, name);
+  check_same_device(q, t, kOp, name);
+  TORCH_CHECK(t.scalar_type() == q.scalar_type(), kOp, ": ", name, " has dtype ", t.scalar_type(), ", q has ",
+              q.scalar_type());
+  TORCH_CHECK(t.dim() == dims, kOp, ": ", name, " must have ", dims, " dims, got shape ", t.sizes());
+  TORCH_CHECK(t.stride(-1) == 1, kOp, ": ", name, "'s last dim must be contiguous, got strides ", t.strides());
+  for (int64_t i = 0; i + 1 < dims; ++i) {
+    TORCH_CHECK(t.stride(i) % kAlignElems == 0, kOp, ": ", name, "'s strides must be multiples of ", kAlignElems,
+                " elements (16 bytes), got ", t.strides());
+  }
+  check_aligned(t, 16, kOp, name);
+}
+
+// SM count of a device, looked up once per device (the split heuristic needs it on every call).
+int sm_count(int device) {
+  static std::array<std::atomic<int>, 64> cache{};
+  const bool cached = device >= 0 && device < static_cast<int>(cache.size());
+  int n = cached ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (n == 0) {
+    TORCH_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess, kOp,
+                ": could not read the SM count of device ", device);
+    if (cached) cache[device].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+void check_int32(const at::Tensor& t, const at::Tensor& q, const char* name, int64_t dims) {
+  check_cuda_tensor(t, kOp, name);
+  check_same_device(q, t, kOp, name);
+  TORCH_CHECK(t.scalar_type() == at::kInt && t.dim() == dims, kOp, ": ", name, " must be an int32 tensor with ", dims,
+              " dims, got ", t.scalar_type(), " ", t.sizes());
+}
+
+std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor& k_cache, at::Tensor& v_cache,
+                                                const at::Tensor& cache_seqlens,
+                                                const std::optional<at::Tensor>& k_new,
+                                                const std::optional<at::Tensor>& v_new,
+                                                const std::optional<at::Tensor>& block_table,
+                                                const std::optional<at::Tensor>& rotary_cos,
+                                                const std::optional<at::Tensor>& rotary_sin,
+                                                std::optional<double> softmax_scale, bool causal,
+                                                int64_t num_splits) {
+  TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16, kOp,
+              ": q must be float16 or bfloat16, got ", q.scalar_type());
+  check_16bit_tensor(q, q, "q", 4);
+  check_16bit_tensor(k_cache, q, "k_cache", 4);
+  check_16bit_tensor(v_cache, q, "v_cache", 4);
+  TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), kOp, ": k_cache and v_cache must have the same shape, got ",
+              k_cache.sizes(), " and ", v_cache.sizes());
+  const int64_t b = q.size(0), sq = q.size(1), h = q.size(2), d = q.size(3), hk = k_cache.size(2);
+  TORCH_CHECK(flash_decode_supports_head_dim(static_cast<int>(d)), kOp, ": head dim must be 64 or 128, got ", d);
+  TORCH_CHECK(k_cache.size(3) == d, kOp, ": the cache's head dim is ", k_cache.size(3), ", q's is ", d);
+  TORCH_CHECK(sq >= 1 && sq <= kMaxNewTokens, kOp, ": q must hold 1 to ", kMaxNewTokens, " tokens a sequence, got ", sq);
+  TORCH_CHECK(hk > 0 && h % hk == 0 && h / hk <= 16, kOp, ": q's head count (", h,
+              ") must be a multiple of the cache's (", hk, "), at most 16 times it");
+  check_int32(cache_seqlens, q, "cache_seqlens", 1);
+  TORCH_CHECK(cache_seqlens.size(0) == b && cache_seqlens.is_contiguous(), kOp,
+              ": cache_seqlens must be contiguous with one length per sequence (", b, "), got shape ",
+              cache_seqlens.sizes());
+  TORCH_CHECK(k_new.has_value() == v_new.has_value(), kOp, ": k_new and v_new go together");
+  TORCH_CHECK(rotary_cos.has_value() == rotary_sin.has_value(), kOp, ": rotary_cos and rotary_sin go together");
+  TORCH_CHECK(!rotary_cos.has_value() || k_new.has_value(), kOp,
+              ": rotary_cos/rotary_sin rotate the new tokens, so they need k_new and v_new");
+  TORCH_CHECK(num_splits >= 0 && num_splits <= 128, kOp, ": num_splits must be 0 (automatic) to 128, got ", num_splits);
+  if (softmax_scale) TORCH_CHECK(std::isfinite(*softmax_scale), kOp, ": softmax_scale must be finite");
+
+  const c10::cuda::CUDAGuard guard(q.device());
+  FlashDecodeParams p{};
+  p.b = static_cast<int>(b), p.sq = static_cast<int>(sq), p.h = static_cast<int>(h), p.h_k = static_cast<int>(hk);
+  p.d = static_cast<int>(d);
+  p.is_bf16 = q.scalar_type() == at::kBFloat16;
+  p.causal = causal;
+  const double scale = softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+  p.negate_q = scale < 0;
+  p.scale_softmax = static_cast<float>(std::abs(scale));
+  p.scale_softmax_log2 = std::max(static_cast<float>(std::abs(scale) * 1.4426950408889634), 1e-30f);
+
+  int max_seqlen;  // the most keys a sequence can have: the heuristic's bound
+  if (block_table) {
+    check_int32(*block_table, q, "block_table", 2);
+    TORCH_CHECK(block_table->size(0) == b && block_table->stride(1) == 1, kOp,
+                ": block_table must be [batch (", b, "), max_pages] with contiguous rows, got shape ",
+                block_table->sizes(), " strides ", block_table->strides());
+    const int64_t page_size = k_cache.size(1);
+    TORCH_CHECK(page_size > 0 && page_size % 16 == 0, kOp,
+                ": a paged cache is [num_pages, page_size, heads_kv, head_dim] with page_size a multiple of 16, got ",
+                k_cache.sizes());
+    p.block_table = block_table->data_ptr<int>();
+    p.block_table_stride = block_table->stride(0);
+    p.max_pages = static_cast<int>(block_table->size(1));
+    p.page_size = static_cast<int>(page_size);
+    p.num_pages = static_cast<int>(k_cache.size(0));
+    max_seqlen = static_cast<int>(std::min<int64_t>(page_size * block_table->size(1), INT32_MAX));
+  } else {
+    TORCH_CHECK(k_cache.size(0) == b, kOp, ": a contiguous cache is [batch (", b,
+                "), capacity, heads_kv, head_dim], got ", k_cache.sizes(), " (a paged cache needs block_table)");
+    p.max_pages = 1;
+    p.page_size = static_cast<int>(k_cache.size(1));
+    p.num_pages = static_cast<int>(b);
+    max_seqlen = p.page_size;
+  }
+  p.k_cache = k_cache.data_ptr(), p.v_cache = v_cache.data_ptr();
+  p.k_page_stride = k_cache.stride(0), p.k_row_stride = k_cache.stride(1), p.k_head_stride = k_cache.stride(2);
+  p.v_page_stride = v_cache.stride(0), p.v_row_stride = v_cache.stride(1), p.v_head_stride = v_cache.stride(2);
+  p.cache_seqlens = cache_seqlens.data_ptr<int>();
+
+  p.q = q.data_ptr();
+  p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
+  at::Tensor q_rotated;
+  if (k_new) {
+    for (auto [t, name] : {std::pair{&*k_new, "k_new"}, {&*v_new, "v_new"}}) {
+      check_16bit_tensor(*t, q, name, 4);
+      TORCH_CHECK(t->size(0) == b && t->size(1) == sq && t->size(2) == hk && t->size(3) == d, kOp, ": ", name,
+                  " must be [batch, new tokens, heads_kv, head_dim] = [", b, ", ", sq, ", ", hk, ", ", d, "], got ",
+                  t->sizes());
+    }
+    p.seqlen_new = static_cast<int>(sq);
+    p.k_new = k_new->data_ptr(), p.v_new = v_new->data_ptr();
+    p.knew_batch_stride = k_new->stride(0), p.knew_row_stride = k_new->stride(1), p.knew_head_stride = k_new->stride(2);
+    p.vnew_batch_stride = v_new->stride(0), p.vnew_row_stride = v_new->stride(1), p.vnew_head_stride = v_new->stride(2);
+  }
+  if (rotary_cos) {
+    const at::Tensor& cos = *rotary_cos;
+    const at::Tensor& sin = *rotary_sin;
+    for (auto [t, name] : {std::pair{&cos, "rotary_cos"}, {&sin, "rotary_sin"}}) {
+      check_cuda_tensor(*t, kOp, name);
+      check_same_device(q, *t, kOp, name);
+      TORCH_CHECK(t->scalar_type() == at::kFloat || t->scalar_type() == q.scalar_type(), kOp, ": ", name,
+                  " must be float32 or q's dtype, got ", t->scalar_type());
+      TORCH_CHECK(t->dim() == 2 && t->stride(1) == 1, kOp, ": ", name,
+                  " must be [positions, rotary_dim / 2] with contiguous rows, got shape ", t->sizes());
+    }
+    TORCH_CHECK(cos.sizes() == sin.sizes() && cos.strides() == sin.strides() &&
+                    cos.scalar_type() == sin.scalar_type(),
+                kOp, ": rotary_cos and rotary_sin must match in shape, strides and dtype");
+    TORCH_CHECK(cos.size(1) >= 1 && 2 * cos.size(1) <= d, kOp, ": rotary_dim = 2 x rotary_cos.size(1) = ",
+                2 * cos.size(1), " must be between 2 and the head dim ", d);
+    p.rotary_cos = cos.data_ptr(), p.rotary_sin = sin.data_ptr();
+    p.rotary_stride = cos.stride(0);
+    p.rotary_dim = static_cast<int>(2 * cos.size(1));
+    p.rotary_rows = static_cast<int>(cos.size(0));
+    p.rotary_fp32 = cos.scalar_type() == at::kFloat;
+    // The attention kernel reads the rotated q that the append kernel writes.
+    q_rotated = at::empty(q.sizes(), q.options());
+    p.q_in = q.data_ptr();
+    p.qin_batch_stride = q.stride(0), p.qin_row_stride = q.stride(1), p.qin_head_stride = q.stride(2);
+    p.q = q_rotated.data_ptr();
+    p.q_batch_stride = q_rotated.stride(0), p.q_row_stride = q_rotated.stride(1), p.q_head_stride = q_rotated.stride(2);
+  }
+
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  at::Tensor lse = at::empty({b, h, sq}, q.options().dtype(at::kFloat));
+  if (b == 0) return {out, lse};
+  p.o = out.data_ptr();
+  p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
+  p.lse = lse.data_ptr<float>();
+  const int num_sms = sm_count(q.device().index());
+  p.num_splits = num_splits > 0 ? static_cast<int>(num_splits)
+                                : flash_decode_default_splits(p, num_sms, max_seqlen);
+  at::Tensor o_partial, lse_partial;
+  if (p.num_splits > 1) {
+    o_partial = at::empty({p.num_splits, b * h * sq, d}, q.options().dtype(at::kFloat));
+    lse_partial = at::empty({p.num_splits, b * h * sq}, q.options().dtype(at::kFloat));
+    p.o_partial = o_partial.data_ptr<float>();
+    p.lse_partial = lse_partial.data_ptr<float>();
+  }
+  run_flash_decode(p, current_stream(q));
+  return {out, lse};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(cute_ops, CUDA, m) { m.impl("flash_decode", &flash_decode); }
+
+}  // namespace cute_ops

@@ -1,0 +1,322 @@
+"""flash_decode: reference, fake impl and input checks everywhere; on the GPU, the kernels (split
+attention, combine, append with RoPE) against a float64 reference, contiguous and paged caches."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch._subclasses import FakeTensorMode
+
+import cute_ops
+from cute_ops import reference as ref
+from conftest import capture_graph, poison_allocator
+
+DTYPES = [torch.float16, torch.bfloat16]
+# As for flash_fwd: P rounded to the input dtype before P @ V, and the output rounded once more;
+# lse in float32 throughout.
+OUT_TOL = {torch.float16: dict(atol=4e-3, rtol=2e-3), torch.bfloat16: dict(atol=2e-2, rtol=1.6e-2)}
+LSE_TOL = dict(atol=1e-3, rtol=1e-4)
+
+
+def _cache(batch, capacity, heads_kv, head_dim, dtype, device, page_size=None):
+    """(k_cache, v_cache, block_table): contiguous when page_size is None, else paged with the
+    pages of all sequences shuffled over a pool with a few spare pages."""
+    if page_size is None:
+        k = torch.randn(batch, capacity, heads_kv, head_dim, device=device).to(dtype)
+        return k, torch.randn_like(k), None
+    pages_per_seq = -(-capacity // page_size)
+    num_pages = batch * pages_per_seq + 3
+    k = torch.randn(num_pages, page_size, heads_kv, head_dim, device=device).to(dtype)
+    table = torch.randperm(num_pages, device=device)[:batch * pages_per_seq].view(batch, pages_per_seq)
+    return k, torch.randn_like(k), table.to(torch.int32)
+
+
+def _meta(*shape, dtype=torch.bfloat16):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+# ---------------------------------------------------------------- CPU: reference
+def test_reference_over_a_full_cache_is_attention():
+    q = torch.randn(2, 3, 8, 64, dtype=torch.float64)
+    k_cache, v_cache, _ = _cache(2, 20, 2, 64, torch.float64, "cpu")
+    lengths = torch.tensor([20, 20], dtype=torch.int32)
+    out, lse, _, _ = ref.decode_attention(q, k_cache, v_cache, lengths)
+    expected, expected_lse = ref.attention(q, k_cache, v_cache, causal=True)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(lse, expected_lse)
+
+
+def test_reference_paged_equals_contiguous_and_appends():
+    torch.manual_seed(0)
+    batch, capacity, page = 3, 64, 16
+    k_pages, v_pages, table = _cache(batch, capacity, 2, 64, torch.float64, "cpu", page_size=page)
+    # The same cache, gathered into the contiguous layout.
+    rows = torch.arange(capacity)
+    k_flat = torch.stack([k_pages[table[b, rows // page].long(), rows % page] for b in range(batch)])
+    v_flat = torch.stack([v_pages[table[b, rows // page].long(), rows % page] for b in range(batch)])
+    q = torch.randn(batch, 2, 4, 64, dtype=torch.float64)
+    k_new, v_new = torch.randn(batch, 2, 2, 64, dtype=torch.float64), torch.randn(batch, 2, 2, 64, dtype=torch.float64)
+    lengths = torch.tensor([0, 17, 62], dtype=torch.int32)
+    cos, sin = (f(torch.randn(70, 16, dtype=torch.float64)) for f in (torch.cos, torch.sin))
+    a = ref.decode_attention(q, k_pages, v_pages, lengths, k_new, v_new, table, cos, sin)
+    b = ref.decode_attention(q, k_flat, v_flat, lengths, k_new, v_new, None, cos, sin)
+    torch.testing.assert_close(a[0], b[0])
+    torch.testing.assert_close(a[1], b[1])
+    s = 17  # the second sequence's appended rows, read back from both layouts
+    pages = table[1, torch.arange(s, s + 2) // page].long()
+    torch.testing.assert_close(a[3][pages, torch.arange(s, s + 2) % page], v_new[1])
+    torch.testing.assert_close(b[3][1, s:s + 2], v_new[1])
+    assert not torch.equal(b[2][1, s:s + 2], k_new[1])  # rotated before it is stored
+
+
+# ---------------------------------------------------------------- CPU: fake impl and checks
+def test_fake_impl_shapes_and_meta():
+    with FakeTensorMode():
+        q = torch.empty(4, 1, 32, 128, dtype=torch.bfloat16, device="cuda")
+        k = torch.empty(4, 100, 8, 128, dtype=torch.bfloat16, device="cuda")
+        lengths = torch.empty(4, dtype=torch.int32, device="cuda")
+        out, lse = torch.ops.cute_ops.flash_decode(q, k, k.clone(), lengths)
+        assert out.shape == q.shape and out.dtype == q.dtype
+        assert lse.shape == (4, 32, 1) and lse.dtype == torch.float32
+    q = _meta(2, 3, 8, 64)
+    pages = _meta(10, 16, 2, 64)
+    out, lse = torch.ops.cute_ops.flash_decode(q, pages, pages.clone(), _meta(2, dtype=torch.int32),
+                                               block_table=_meta(2, 5, dtype=torch.int32))
+    assert out.shape == q.shape and lse.shape == (2, 8, 3)
+
+
+def test_opcheck_on_meta_tensors():
+    q = _meta(2, 2, 8, 64)
+    k, v = _meta(2, 40, 2, 64), _meta(2, 40, 2, 64)
+    new = _meta(2, 2, 2, 64)
+    torch.library.opcheck(torch.ops.cute_ops.flash_decode.default, (q, k, v, _meta(2, dtype=torch.int32)),
+                          {"k_new": new, "v_new": new.clone(), "num_splits": 3})
+
+
+def _args(**over):
+    a = dict(q=_meta(2, 1, 8, 128), k_cache=_meta(2, 64, 2, 128), v_cache=_meta(2, 64, 2, 128),
+             cache_seqlens=_meta(2, dtype=torch.int32))
+    a.update(over)
+    return a
+
+
+@pytest.mark.parametrize("over, match", [
+    (dict(q=_meta(2, 1, 8, 96)), "head_dim must be one of"),
+    (dict(q=_meta(2, 17, 8, 128)), "1 to 16 new tokens"),
+    (dict(q=_meta(2, 1, 7, 128)), "multiple of the cache's"),
+    (dict(v_cache=_meta(2, 65, 2, 128)), "v_cache must have k_cache's shape"),
+    (dict(k_cache=_meta(2, 64, 2, 128, dtype=torch.float16)), "dtype"),
+    (dict(cache_seqlens=_meta(2, dtype=torch.int64)), "cache_seqlens must have dtype"),
+    (dict(cache_seqlens=_meta(3, dtype=torch.int32)), "one length per sequence"),
+    (dict(k_cache=_meta(3, 64, 2, 128), v_cache=_meta(3, 64, 2, 128)), "paged cache needs block_table"),
+    (dict(k_cache=_meta(9, 24, 2, 128), v_cache=_meta(9, 24, 2, 128),
+          block_table=_meta(2, 4, dtype=torch.int32)), "page_size a\\s+multiple of 16"),
+    (dict(block_table=_meta(3, 4, dtype=torch.int32)), "block_table must be"),
+    (dict(k_new=_meta(2, 1, 2, 128)), "k_new and v_new go together"),
+    (dict(k_new=_meta(2, 2, 2, 128), v_new=_meta(2, 2, 2, 128)), "k_new must have shape"),
+    (dict(rotary_cos=_meta(100, 64, dtype=torch.float32), rotary_sin=_meta(100, 64, dtype=torch.float32)),
+     "need k_new"),
+    (dict(k_new=_meta(2, 1, 2, 128), v_new=_meta(2, 1, 2, 128), rotary_cos=_meta(100, 65, dtype=torch.float32),
+          rotary_sin=_meta(100, 65, dtype=torch.float32)), "rotary_dim <= head_dim"),
+    (dict(num_splits=129), "num_splits must be"),
+    (dict(softmax_scale=float("inf")), "softmax_scale must be a finite float"),
+])
+def test_input_checks(over, match):
+    a = _args(**over)
+    with pytest.raises((ValueError, TypeError), match=match):
+        cute_ops.flash_decode(**a)
+    with pytest.raises((ValueError, TypeError), match=match):  # the fake impl checks the same
+        torch.ops.cute_ops.flash_decode(**a)
+
+
+# ---------------------------------------------------------------- GPU: kernels
+def _run_and_check(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, block_table=None, rotary=None,
+                   causal=True, num_splits=0, softmax_scale=None):
+    cos, sin = rotary if rotary is not None else (None, None)
+    expected = ref.decode_attention(q, k_cache, v_cache, lengths, k_new, v_new, block_table, cos, sin,
+                                    softmax_scale, causal)
+    batch, tokens, heads, dim = q.shape
+    poison_allocator(q.numel() * q.element_size(), batch * heads * tokens * 4,
+                     128 * batch * heads * tokens * dim * 4, 128 * batch * heads * tokens * 4)
+    out, lse = cute_ops.flash_decode(q, k_cache, v_cache, lengths, k_new, v_new, block_table, cos, sin,
+                                     softmax_scale=softmax_scale, causal=causal, num_splits=num_splits)
+    assert out.shape == q.shape and lse.shape == (batch, heads, tokens)
+    assert not out.isnan().any() and not lse.isnan().any(), "unwritten (poisoned) output elements"
+    exp_out, exp_lse, exp_k, exp_v = expected
+    torch.testing.assert_close(out.double(), exp_out.double(), **OUT_TOL[q.dtype])
+    torch.testing.assert_close(lse.double(), exp_lse.double(), **LSE_TOL)
+    # The caches: appended rows exactly as the reference stores them, all other rows untouched.
+    torch.testing.assert_close(k_cache, exp_k, atol=0, rtol=0) if rotary is None else \
+        torch.testing.assert_close(k_cache.double(), exp_k.double(), **OUT_TOL[q.dtype])
+    torch.testing.assert_close(v_cache, exp_v, atol=0, rtol=0)
+    return out, lse
+
+
+def _lengths(batch, capacity, device="cuda"):
+    """1, an odd length, the capacity, then random lengths."""
+    fixed = [1, 77, capacity][:batch]
+    rest = torch.randint(1, capacity + 1, (max(0, batch - 3),)).tolist()
+    return torch.tensor(fixed + rest, dtype=torch.int32, device=device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("heads_q, heads_kv", [(4, 4), (16, 4), (16, 2)])  # GQA 1, 4, 8
+@pytest.mark.parametrize("tokens", [1, 3])
+@pytest.mark.parametrize("page_size", [None, 16, 64])
+def test_flash_decode_matches_reference(page_size, tokens, heads_q, heads_kv, head_dim, dtype):
+    batch, capacity = 5, 1000
+    k_cache, v_cache, table = _cache(batch, capacity, heads_kv, head_dim, dtype, "cuda", page_size)
+    q = torch.randn(batch, tokens, heads_q, head_dim, device="cuda").to(dtype)
+    _run_and_check(q, k_cache, v_cache, _lengths(batch, capacity), block_table=table)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("page_size", [None, 32])
+@pytest.mark.parametrize("rotary", [None, "fp32", "dtype", "partial"])
+@pytest.mark.parametrize("tokens", [1, 4, 16])
+def test_append_with_and_without_rope(tokens, rotary, page_size, dtype):
+    batch, capacity, heads_q, heads_kv, head_dim = 4, 300, 8, 2, 128
+    k_cache, v_cache, table = _cache(batch, capacity, heads_kv, head_dim, dtype, "cuda", page_size)
+    lengths = torch.tensor([0, 1, 150, capacity - tokens], dtype=torch.int32, device="cuda")
+    q = torch.randn(batch, tokens, heads_q, head_dim, device="cuda").to(dtype)
+    k_new = torch.randn(batch, tokens, heads_kv, head_dim, device="cuda").to(dtype)
+    v_new = torch.randn(batch, tokens, heads_kv, head_dim, device="cuda").to(dtype)
+    rot = None
+    if rotary is not None:
+        rot_dim = 64 if rotary == "partial" else head_dim
+        cos_sin = cute_ops.rope_cos_sin_cache(rot_dim, capacity, device="cuda")
+        cos, sin = cos_sin[:, :rot_dim // 2], cos_sin[:, rot_dim // 2:]
+        if rotary == "dtype":
+            cos, sin = cos.to(dtype), sin.to(dtype)
+        rot = (cos, sin)
+    _run_and_check(q, k_cache, v_cache, lengths, k_new=k_new, v_new=v_new, block_table=table, rotary=rot)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [None, 64])
+def test_forced_splits_agree(page_size):
+    batch, capacity = 3, 4097
+    k_cache, v_cache, table = _cache(batch, capacity, 2, 128, torch.bfloat16, "cuda", page_size)
+    q = torch.randn(batch, 2, 8, 128, device="cuda").to(torch.bfloat16)
+    lengths = torch.tensor([4097, 1, 2000], dtype=torch.int32, device="cuda")
+    results = [_run_and_check(q, k_cache, v_cache, lengths, block_table=table, num_splits=s)
+               for s in (1, 2, 7, 33, 128)]
+    for out, lse in results[1:]:
+        torch.testing.assert_close(out, results[0][0], atol=1e-2, rtol=1e-2)
+        torch.testing.assert_close(lse, results[0][1], atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("softmax_scale", [0.3, -0.2, 0.0])
+def test_options(softmax_scale, causal):
+    k_cache, v_cache, _ = _cache(2, 500, 2, 64, torch.float16, "cuda")
+    q = torch.randn(2, 5, 4, 64, device="cuda").to(torch.float16)
+    lengths = torch.tensor([500, 6], dtype=torch.int32, device="cuda")
+    _run_and_check(q, k_cache, v_cache, lengths, causal=causal, softmax_scale=softmax_scale)
+
+
+@pytest.mark.gpu
+def test_empty_cache_and_causal_tokens_without_keys():
+    # No keys at all: out 0, lse -inf. With 3 tokens over 2 keys (no append), the first token
+    # sees none of them under causal masking.
+    k_cache, v_cache, _ = _cache(2, 64, 2, 64, torch.bfloat16, "cuda")
+    q = torch.randn(2, 3, 2, 64, device="cuda").to(torch.bfloat16)
+    lengths = torch.tensor([0, 2], dtype=torch.int32, device="cuda")
+    out, lse = _run_and_check(q, k_cache, v_cache, lengths)
+    assert (out[0] == 0).all() and (lse[0] == -math.inf).all()
+    assert (out[1, 0] == 0).all() and (lse[1, :, 0] == -math.inf).all()
+
+
+@pytest.mark.gpu
+def test_opcheck():
+    k_cache, v_cache, table = _cache(2, 100, 2, 128, torch.bfloat16, "cuda", page_size=16)
+    q = torch.randn(2, 2, 8, 128, device="cuda").to(torch.bfloat16)
+    new = torch.randn(2, 2, 2, 128, device="cuda").to(torch.bfloat16)
+    lengths = torch.tensor([10, 50], dtype=torch.int32, device="cuda")
+    torch.library.opcheck(torch.ops.cute_ops.flash_decode.default, (q, k_cache, v_cache, lengths),
+                          {"k_new": new, "v_new": new.clone(), "block_table": table})
+
+
+@pytest.mark.gpu
+def test_torch_compile_fullgraph_with_append():
+    def step(q, k_cache, v_cache, lengths, k_new, v_new):
+        out, lse = cute_ops.flash_decode(q, k_cache, v_cache, lengths, k_new, v_new)
+        return out.float() * 2, lse
+
+    k_cache, v_cache, _ = _cache(2, 64, 2, 64, torch.bfloat16, "cuda")
+    q = torch.randn(2, 1, 4, 64, device="cuda").to(torch.bfloat16)
+    k_new, v_new = (torch.randn(2, 1, 2, 64, device="cuda").to(torch.bfloat16) for _ in range(2))
+    lengths = torch.tensor([5, 40], dtype=torch.int32, device="cuda")
+    caches = (k_cache.clone(), v_cache.clone())
+    expected = step(q, k_cache, v_cache, lengths, k_new, v_new)
+    got = torch.compile(step, fullgraph=True)(q, *caches, lengths, k_new, v_new)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(caches, (k_cache, v_cache))  # the appends happened under compile too
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [None, 64])
+def test_cuda_graph_replay_with_new_lengths(page_size):
+    batch, capacity = 4, 3000
+    k_cache, v_cache, table = _cache(batch, capacity, 8, 128, torch.bfloat16, "cuda", page_size)
+    q = torch.randn(batch, 1, 32, 128, device="cuda").to(torch.bfloat16)
+    k_new, v_new = (torch.randn(batch, 1, 8, 128, device="cuda").to(torch.bfloat16) for _ in range(2))
+    lengths = torch.tensor([10, 20, 30, 40], dtype=torch.int32, device="cuda")
+    outs = []
+    snapshot = (k_cache.clone(), v_cache.clone())
+    graph = capture_graph(lambda: outs.append(cute_ops.flash_decode(q, k_cache, v_cache, lengths, k_new, v_new,
+                                                                  block_table=table)))
+    out, lse = outs[-1]
+    for new_lengths in ([1, 2999, 1500, 7], [2000, 0, 333, 2999]):
+        k_cache.copy_(snapshot[0]), v_cache.copy_(snapshot[1])
+        lengths.copy_(torch.tensor(new_lengths, dtype=torch.int32))
+        for t in (q, k_new, v_new):
+            t.copy_(torch.randn_like(t))
+        exp_out, exp_lse, exp_k, exp_v = ref.decode_attention(q, snapshot[0], snapshot[1], lengths, k_new, v_new,
+                                                              table)
+        graph.replay()
+        torch.testing.assert_close(out.double(), exp_out.double(), **OUT_TOL[torch.bfloat16])
+        torch.testing.assert_close(lse.double(), exp_lse.double(), **LSE_TOL)
+        torch.testing.assert_close((k_cache, v_cache), (exp_k, exp_v), atol=0, rtol=0)
+
+
+def _run_in_subprocess(code: str) -> subprocess.CompletedProcess:
+    # A kernel that traps leaves the CUDA context unusable, so each such case gets its own process.
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case, message", [
+    ("lengths = torch.tensor([60, 64], dtype=torch.int32, device='cuda'); table = None",
+     "sequence 1 needs 65 cache rows"),
+    ("lengths = torch.tensor([3, 4], dtype=torch.int32, device='cuda');"
+     "table = torch.tensor([[0, 1], [2, 99]], dtype=torch.int32, device='cuda')",
+     "block_table\\[1\\]\\[0\\] = 2|is not a page"),
+])
+def test_bad_device_data_stops_with_a_message(case, message):
+    proc = _run_in_subprocess(f"""
+        import torch, cute_ops
+        {case}
+        shape = (2, 64, 2, 64) if table is None else (4, 16, 2, 64)
+        k = torch.randn(shape, device='cuda', dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        if table is not None:
+            table[1, 0] = 99  # the first page of sequence 1 does not exist
+        q = torch.randn(2, 1, 2, 64, device='cuda', dtype=torch.bfloat16)
+        new = torch.randn(2, 1, 2, 64, device='cuda', dtype=torch.bfloat16)
+        cute_ops.flash_decode(q, k, v, lengths, new, new.clone(), block_table=table)
+        torch.cuda.synchronize()
+        print("NO ERROR")
+    """)
+    assert proc.returncode != 0 and "NO ERROR" not in proc.stdout, proc.stdout + proc.stderr
+    import re
+    assert re.search(message, proc.stdout + proc.stderr), proc.stdout + proc.stderr
