@@ -1,7 +1,7 @@
 #pragma once
 // Split-KV attention of a few new query tokens over a KV cache (Flash-Decoding).
 //
-// Grid (num_splits, batch, kv heads x row blocks). A CTA packs the query heads that share one kv
+// Grid (kv heads x row blocks, num_splits, batch). A CTA packs the query heads that share one kv
 // head, times the new tokens, into the M dimension of its MMAs (GQA packing: each cache byte is
 // read once per kv head, not once per query head) and walks its share of the keys. Key tiles
 // stream through a kStages-deep cp.async ring; each warp runs the FlashAttention-2 inner loop
@@ -37,13 +37,16 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   constexpr int kNWarps = Traits::kNWarps;
   extern __shared__ __align__(128) char smem[];
 
-  const int split = blockIdx.x;
-  const int bidb = blockIdx.y;
+  // The kv heads (and row blocks) of one (split, sequence) are neighbours in the grid: they run
+  // together and read the same cache rows ([.., keys, heads, d] keeps a key's heads side by side),
+  // so DRAM sees one contiguous stream per split instead of h_k strided ones.
+  const int split = blockIdx.y;
+  const int bidb = blockIdx.z;
   const int group = p.h / p.h_k;
   const int rows = p.sq * group;  // packed (token, query head) rows of this kv head
   const int m_blocks = (rows + kBlockM - 1) / kBlockM;
-  const int m_block = blockIdx.z % m_blocks;
-  const int bidh_k = blockIdx.z / m_blocks;
+  const int m_block = blockIdx.x % m_blocks;
+  const int bidh_k = blockIdx.x / m_blocks;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
   const int seqlen = p.cache_seqlens[bidb] + p.seqlen_new;

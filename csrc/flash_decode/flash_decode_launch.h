@@ -23,7 +23,7 @@ void launch_decode(const FlashDecodeParams& p, cudaStream_t stream) {
                "flash_decode shared memory");
   }
   const int m_blocks = (flash_decode_rows(p) + Traits::kBlockM - 1) / Traits::kBlockM;
-  const dim3 grid(p.num_splits, p.b, p.h_k * m_blocks);
+  const dim3 grid(p.h_k * m_blocks, p.num_splits, p.b);
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(p);
   CUTE_OPS_CHECK_LAUNCH("flash_decode launch");
 }
