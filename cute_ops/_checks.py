@@ -2,6 +2,7 @@
 what was expected and what was given."""
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -53,3 +54,27 @@ def check_last_dim_contiguous(op: str, name: str, t: torch.Tensor) -> None:
 def vector_width(dtype: torch.dtype) -> int:
     """Elements per 16-byte access, the unit of the memory-bound kernels."""
     return 16 // torch.empty((), dtype=dtype, device="meta").element_size()
+
+
+# The attention kernels copy 16-byte vectors (8 fp16/bf16 elements) starting at every row and
+# head, so each stride but the last must keep them 16-byte aligned; the data pointers' alignment
+# is checked in C++.
+_VECTOR_STRIDE_MULTIPLE = 8
+
+
+def check_vector_strides(op: str, name: str, t: torch.Tensor) -> None:
+    """Last dim contiguous and every other stride a multiple of 16 bytes of 16-bit elements."""
+    check_last_dim_contiguous(op, name, t)
+    if any(stride % _VECTOR_STRIDE_MULTIPLE for stride in t.stride()[:-1]):
+        raise ValueError(f"{op}: {name}'s strides (all but the last) must be multiples of {_VECTOR_STRIDE_MULTIPLE} "
+                         f"elements (16 bytes), got strides {t.stride()}")
+
+
+def check_attention_options(op: str, softmax_scale, causal) -> None:
+    """softmax_scale None or a finite real number; causal a bool."""
+    is_real = isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
+    if softmax_scale is not None and not (is_real and math.isfinite(softmax_scale)):
+        raise ValueError(f"{op}: softmax_scale must be a finite float, or None for 1/sqrt(head_dim), "
+                         f"got {softmax_scale!r}")
+    if not isinstance(causal, bool):
+        raise ValueError(f"{op}: causal must be a bool, got {causal!r}")

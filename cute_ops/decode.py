@@ -3,8 +3,6 @@ split across CTAs along the cache (kernels in csrc/flash_decode/). `flash_decode
 the new tokens' keys and values to the cache, with RoPE, in the same call."""
 from __future__ import annotations
 
-import math
-
 import torch
 
 from . import _checks
@@ -14,17 +12,13 @@ DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
 MAX_NEW_TOKENS = 16
 MAX_SPLITS = 128
-_STRIDE_MULTIPLE = 8  # 16-byte vectors of 16-bit elements
 
 
 def _check_16bit(op: str, name: str, t, q: torch.Tensor, ndim: int) -> None:
     _checks.check_tensor(op, name, t, dtypes=DTYPES, ndim=ndim)
     _checks.check_same_device(op, "q", q, **{name: t})
     _checks.check_same_dtype(op, "q", q, **{name: t})
-    _checks.check_last_dim_contiguous(op, name, t)
-    if any(s % _STRIDE_MULTIPLE for s in t.stride()[:-1]):
-        raise ValueError(f"{op}: {name}'s strides (all but the last) must be multiples of {_STRIDE_MULTIPLE} "
-                         f"elements (16 bytes), got strides {t.stride()}")
+    _checks.check_vector_strides(op, name, t)
 
 
 def _check_args(op, q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, rotary_cos, rotary_sin,
@@ -85,12 +79,7 @@ def _check_args(op, q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_tabl
         if not 1 <= rotary_cos.shape[1] <= head_dim // 2:
             raise ValueError(f"{op}: rotary_cos is [positions, rotary_dim / 2] with rotary_dim <= head_dim "
                              f"({head_dim}), got shape {tuple(rotary_cos.shape)}")
-    is_real = isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
-    if softmax_scale is not None and not (is_real and math.isfinite(softmax_scale)):
-        raise ValueError(f"{op}: softmax_scale must be a finite float, or None for 1/sqrt(head_dim), "
-                         f"got {softmax_scale!r}")
-    if not isinstance(causal, bool):
-        raise ValueError(f"{op}: causal must be a bool, got {causal!r}")
+    _checks.check_attention_options(op, softmax_scale, causal)
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"{op}: num_splits must be an int from 0 (automatic) to {MAX_SPLITS}, got {num_splits!r}")
 

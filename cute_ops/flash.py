@@ -4,8 +4,6 @@
 Forward only: backward through either op raises."""
 from __future__ import annotations
 
-import math
-
 import torch
 
 from . import _checks
@@ -13,16 +11,6 @@ from ._library import require_kernels, schemas_loaded
 
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 96, 128, 256)
-# The kernels copy 16-byte vectors (8 fp16/bf16 elements) starting at every row and head, so each
-# stride must keep them 16-byte aligned; the data pointers' alignment is checked in C++.
-_STRIDE_MULTIPLE = 8
-
-
-def _check_strides(op: str, name: str, t: torch.Tensor) -> None:
-    _checks.check_last_dim_contiguous(op, name, t)
-    if any(stride % _STRIDE_MULTIPLE for stride in t.stride()[:-1]):
-        raise ValueError(f"{op}: {name}'s strides (all but the last) must be multiples of {_STRIDE_MULTIPLE} "
-                         f"elements (16 bytes), got strides {t.stride()}")
 
 
 def _check_qkv(op: str, q, k, v, q_dims: tuple[str, ...], kv_dims: tuple[str, ...]) -> None:
@@ -47,16 +35,7 @@ def _check_qkv(op: str, q, k, v, q_dims: tuple[str, ...], kv_dims: tuple[str, ..
         raise ValueError(f"{op}: q's head count ({heads_q}) must be a positive multiple of k and v's "
                          f"({heads_kv}): each group of heads_q / heads_kv query heads shares one kv head")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _check_strides(op, name, t)
-
-
-def _check_options(op: str, softmax_scale, causal) -> None:
-    is_real = isinstance(softmax_scale, (int, float)) and not isinstance(softmax_scale, bool)
-    if softmax_scale is not None and not (is_real and math.isfinite(softmax_scale)):
-        raise ValueError(f"{op}: softmax_scale must be a finite float, or None for 1/sqrt(head_dim), "
-                         f"got {softmax_scale!r}")
-    if not isinstance(causal, bool):
-        raise ValueError(f"{op}: causal must be a bool, got {causal!r}")
+        _checks.check_vector_strides(op, name, t)
 
 
 def _check_args(op: str, q, k, v, softmax_scale, causal) -> None:
@@ -67,7 +46,7 @@ def _check_args(op: str, q, k, v, softmax_scale, causal) -> None:
     if k.shape[1] < 1:
         raise ValueError(f"{op}: k and v must hold at least one key (seqlen_k >= 1): softmax over no keys is "
                          f"undefined, got shape {tuple(k.shape)}")
-    _check_options(op, softmax_scale, causal)
+    _checks.check_attention_options(op, softmax_scale, causal)
 
 
 def _check_varlen_args(op: str, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -89,7 +68,7 @@ def _check_varlen_args(op: str, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_
         if isinstance(bound, bool) or not isinstance(bound, (int, torch.SymInt)) or bound < 1:
             raise ValueError(f"{op}: {name} must be an int >= 1, at least the longest sequence's length, "
                              f"got {bound!r}")
-    _check_options(op, softmax_scale, causal)
+    _checks.check_attention_options(op, softmax_scale, causal)
 
 
 def _scale_arg(softmax_scale: float | None) -> float | None:

@@ -3,6 +3,7 @@ attention, combine, append with RoPE) against a float64 reference, contiguous an
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -149,8 +150,11 @@ def _run_and_check(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, bloc
     exp_out, exp_lse, exp_k, exp_v = expected
     torch.testing.assert_close(out.double(), exp_out.double(), **OUT_TOL[q.dtype])
     torch.testing.assert_close(lse.double(), exp_lse.double(), **LSE_TOL)
-    # The caches: appended rows exactly as the reference stores them, all other rows untouched.
-    torch.testing.assert_close(k_cache, exp_k, atol=0, rtol=0) if rotary is None else \
+    # The caches: appended rows exactly as the reference stores them (rotated keys within one
+    # rounding, as the kernel and the reference round the rotation differently), other rows untouched.
+    if rotary is None:
+        torch.testing.assert_close(k_cache, exp_k, atol=0, rtol=0)
+    else:
         torch.testing.assert_close(k_cache.double(), exp_k.double(), **OUT_TOL[q.dtype])
     torch.testing.assert_close(v_cache, exp_v, atol=0, rtol=0)
     return out, lse
@@ -298,9 +302,10 @@ def _run_in_subprocess(code: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("case, message", [
     ("lengths = torch.tensor([60, 64], dtype=torch.int32, device='cuda'); table = None",
      "sequence 1 needs 65 cache rows"),
+    # Sequence 1's only page is 99, in a cache of 4 pages.
     ("lengths = torch.tensor([3, 4], dtype=torch.int32, device='cuda');"
-     "table = torch.tensor([[0, 1], [2, 99]], dtype=torch.int32, device='cuda')",
-     "block_table\\[1\\]\\[0\\] = 2|is not a page"),
+     "table = torch.tensor([[0, 1], [99, 3]], dtype=torch.int32, device='cuda')",
+     "block_table\\[1\\]\\[0\\] = 99 is not a page of the cache \\(4 pages\\)"),
 ])
 def test_bad_device_data_stops_with_a_message(case, message):
     proc = _run_in_subprocess(f"""
@@ -309,8 +314,6 @@ def test_bad_device_data_stops_with_a_message(case, message):
         shape = (2, 64, 2, 64) if table is None else (4, 16, 2, 64)
         k = torch.randn(shape, device='cuda', dtype=torch.bfloat16)
         v = torch.randn_like(k)
-        if table is not None:
-            table[1, 0] = 99  # the first page of sequence 1 does not exist
         q = torch.randn(2, 1, 2, 64, device='cuda', dtype=torch.bfloat16)
         new = torch.randn(2, 1, 2, 64, device='cuda', dtype=torch.bfloat16)
         cute_ops.flash_decode(q, k, v, lengths, new, new.clone(), block_table=table)
@@ -318,5 +321,4 @@ def test_bad_device_data_stops_with_a_message(case, message):
         print("NO ERROR")
     """)
     assert proc.returncode != 0 and "NO ERROR" not in proc.stdout, proc.stdout + proc.stderr
-    import re
     assert re.search(message, proc.stdout + proc.stderr), proc.stdout + proc.stderr

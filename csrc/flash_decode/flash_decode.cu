@@ -22,12 +22,11 @@ extern template void run_flash_decode_<cutlass::half_t, 128>(const FlashDecodePa
 bool flash_decode_supports_head_dim(int d) { return d == 64 || d == 128; }
 
 int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int max_seqlen) {
-  constexpr int kBlockN = 64, kMaxSplits = 128;
   const int rows = flash_decode_rows(p);
   const int m_blocks = (rows + kDecodeBlockM - 1) / kDecodeBlockM;
   const long long ctas = static_cast<long long>(p.b) * p.h_k * m_blocks;
   const long long slots = 2LL * num_sms;  // two CTAs resident an SM
-  const int max_splits = std::clamp((max_seqlen + kBlockN - 1) / kBlockN / 2, 1, kMaxSplits);  // >= 2 tiles each
+  const int max_splits = std::clamp((max_seqlen + kDecodeBlockN - 1) / kDecodeBlockN / 2, 1, kDecodeMaxSplits);  // >= 2 tiles each
   // The smallest split count whose last wave is at least 85% full (or the best one there is):
   // more splits than that only add partial outputs to merge.
   int best = 1;

@@ -69,6 +69,8 @@ bool flash_decode_supports_head_dim(int d);
 // and spills; more row blocks re-read the same K/V tiles, mostly from L2, as they run together.
 inline int flash_decode_rows(const FlashDecodeParams& p) { return p.sq * (p.h / p.h_k); }
 constexpr int kDecodeBlockM = 16;
+constexpr int kDecodeBlockN = 64;     // keys a CTA stages at a time (4 warps x 16)
+constexpr int kDecodeMaxSplits = 128;  // the combine kernel keeps one weight a split in shared memory
 
 // The split count num_splits = 0 asks for: enough CTAs for two per SM, as long as each split
 // still covers at least two key tiles of the longest possible sequence (cache capacity).

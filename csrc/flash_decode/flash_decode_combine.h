@@ -8,13 +8,11 @@
 
 namespace cute_ops::decode {
 
-constexpr int kMaxSplits = 128;
-
 template <int kHeadDim, typename Element>
 __global__ void __launch_bounds__(128) flash_decode_combine_kernel(const __grid_constant__ FlashDecodeParams p) {
   using index_t = FlashDecodeParams::index_t;
   constexpr int kPerLane = kHeadDim / 32;  // consecutive columns a lane owns: 2 or 4
-  __shared__ float s_weight[4][kMaxSplits];
+  __shared__ float s_weight[4][kDecodeMaxSplits];
   const index_t total = static_cast<index_t>(p.b) * p.h * p.sq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const index_t row = static_cast<index_t>(blockIdx.x) * 4 + warp;

@@ -11,8 +11,8 @@ namespace decode {
 
 // 4 warps x 16 keys a tile; the ring is as deep as fits two CTAs an SM with >= 64 KB in flight
 // each (head dim 128: 3 stages of 32 KB; 64: 4 of 16 KB).
-template <int kHeadDim, int kBlockM, typename Element>
-using DecodeTraits = FlashDecodeTraits<kHeadDim, kBlockM, 4, kHeadDim == 128 ? 3 : 4, Element>;
+template <int kHeadDim, typename Element>
+using DecodeTraits = FlashDecodeTraits<kHeadDim, kHeadDim == 128 ? 3 : 4, Element>;
 
 template <typename Traits>
 void launch_decode(const FlashDecodeParams& p, cudaStream_t stream) {
@@ -32,7 +32,7 @@ void launch_decode(const FlashDecodeParams& p, cudaStream_t stream) {
 
 template <typename Element, int kHeadDim>
 void run_flash_decode_(const FlashDecodeParams& p, cudaStream_t stream) {
-  decode::launch_decode<decode::DecodeTraits<kHeadDim, kDecodeBlockM, Element>>(p, stream);
+  decode::launch_decode<decode::DecodeTraits<kHeadDim, Element>>(p, stream);
   if (p.num_splits > 1) {
     const long long rows = static_cast<long long>(p.b) * p.h * p.sq;
     decode::flash_decode_combine_kernel<kHeadDim, Element><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p);

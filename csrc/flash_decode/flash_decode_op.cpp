@@ -18,22 +18,7 @@ namespace cute_ops {
 namespace {
 
 constexpr const char* kOp = "flash_decode";
-constexpr int kAlignElems = 8;  // 16-byte vectors of 16-bit elements
 constexpr int kMaxNewTokens = 16;
-
-void check_16bit_tensor(const at::Tensor& t, const at::Tensor& q, const char* name, int64_t dims) {
-  check_cuda_tensor(t, kOp, name);
-  check_same_device(q, t, kOp, name);
-  TORCH_CHECK(t.scalar_type() == q.scalar_type(), kOp, ": ", name, " has dtype ", t.scalar_type(), ", q has ",
-              q.scalar_type());
-  TORCH_CHECK(t.dim() == dims, kOp, ": ", name, " must have ", dims, " dims, got shape ", t.sizes());
-  TORCH_CHECK(t.stride(-1) == 1, kOp, ": ", name, "'s last dim must be contiguous, got strides ", t.strides());
-  for (int64_t i = 0; i + 1 < dims; ++i) {
-    TORCH_CHECK(t.stride(i) % kAlignElems == 0, kOp, ": ", name, "'s strides must be multiples of ", kAlignElems,
-                " elements (16 bytes), got ", t.strides());
-  }
-  check_aligned(t, 16, kOp, name);
-}
 
 // SM count of a device, looked up once per device (the split heuristic needs it on every call).
 int sm_count(int device) {
@@ -64,11 +49,9 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
                                                 const std::optional<at::Tensor>& rotary_sin,
                                                 std::optional<double> softmax_scale, bool causal,
                                                 int64_t num_splits) {
-  TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16, kOp,
-              ": q must be float16 or bfloat16, got ", q.scalar_type());
-  check_16bit_tensor(q, q, "q", 4);
-  check_16bit_tensor(k_cache, q, "k_cache", 4);
-  check_16bit_tensor(v_cache, q, "v_cache", 4);
+  check_attention_tensor(q, q, kOp, "q", 4);
+  check_attention_tensor(k_cache, q, kOp, "k_cache", 4);
+  check_attention_tensor(v_cache, q, kOp, "v_cache", 4);
   TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), kOp, ": k_cache and v_cache must have the same shape, got ",
               k_cache.sizes(), " and ", v_cache.sizes());
   const int64_t b = q.size(0), sq = q.size(1), h = q.size(2), d = q.size(3), hk = k_cache.size(2);
@@ -85,8 +68,8 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
   TORCH_CHECK(rotary_cos.has_value() == rotary_sin.has_value(), kOp, ": rotary_cos and rotary_sin go together");
   TORCH_CHECK(!rotary_cos.has_value() || k_new.has_value(), kOp,
               ": rotary_cos/rotary_sin rotate the new tokens, so they need k_new and v_new");
-  TORCH_CHECK(num_splits >= 0 && num_splits <= 128, kOp, ": num_splits must be 0 (automatic) to 128, got ", num_splits);
-  if (softmax_scale) TORCH_CHECK(std::isfinite(*softmax_scale), kOp, ": softmax_scale must be finite");
+  TORCH_CHECK(num_splits >= 0 && num_splits <= kDecodeMaxSplits, kOp, ": num_splits must be 0 (automatic) to ",
+              kDecodeMaxSplits, ", got ", num_splits);
 
   const c10::cuda::CUDAGuard guard(q.device());
   FlashDecodeParams p{};
@@ -94,10 +77,8 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
   p.d = static_cast<int>(d);
   p.is_bf16 = q.scalar_type() == at::kBFloat16;
   p.causal = causal;
-  const double scale = softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
-  p.negate_q = scale < 0;
-  p.scale_softmax = static_cast<float>(std::abs(scale));
-  p.scale_softmax_log2 = std::max(static_cast<float>(std::abs(scale) * 1.4426950408889634), 1e-30f);
+  const AttentionScale scale = attention_scale(kOp, softmax_scale, d);
+  p.scale_softmax = scale.scale, p.scale_softmax_log2 = scale.scale_log2, p.negate_q = scale.negate_q;
 
   int max_seqlen;  // the most keys a sequence can have: the heuristic's bound
   if (block_table) {
@@ -133,7 +114,7 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
   at::Tensor q_rotated;
   if (k_new) {
     for (auto [t, name] : {std::pair{&*k_new, "k_new"}, {&*v_new, "v_new"}}) {
-      check_16bit_tensor(*t, q, name, 4);
+      check_attention_tensor(*t, q, kOp, name, 4);
       TORCH_CHECK(t->size(0) == b && t->size(1) == sq && t->size(2) == hk && t->size(3) == d, kOp, ": ", name,
                   " must be [batch, new tokens, heads_kv, head_dim] = [", b, ", ", sq, ", ", hk, ", ", d, "], got ",
                   t->sizes());

@@ -5,35 +5,30 @@
 // tile (its "slab"), so the few query rows are never split across warps and every K/V byte is
 // read from shared memory once.
 #include <cute/tensor.hpp>
-#include <cutlass/numeric_types.h>
 
-#include <type_traits>
+#include "flash_decode/flash_decode.h"
+#include "flash_fwd/kernel_traits.h"
 
 namespace cute_ops::decode {
 
 using namespace cute;
 
-template <int kHeadDim_, int kBlockM_, int kNWarps_, int kStages_, typename Element_>
+template <int kHeadDim_, int kStages_, typename Element_>
 struct FlashDecodeTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = kBlockM_;
-  static constexpr int kNWarps = kNWarps_;
-  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kBlockM = kDecodeBlockM;
+  static constexpr int kBlockN = kDecodeBlockN;  // the host's split heuristic counts tiles of this size
   static constexpr int kWarpKeys = 16;
-  static constexpr int kBlockN = kWarpKeys * kNWarps;
+  static constexpr int kNWarps = kBlockN / kWarpKeys;
+  static constexpr int kNThreads = kNWarps * 32;
   static constexpr int kStages = kStages_;
 
-  using MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
-                                     MMA_Atom<SM80_16x8x16_F32F16F16F32_TN>,
-                                     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>>;
   // One warp per MMA: warps work on different keys, not different rows.
-  using TiledMma = TiledMMA<MmaAtom, Layout<Shape<_1, _1, _1>>, Tile<_16, _16, _16>>;
+  using TiledMma = TiledMMA<flash::Sm80MmaAtom<Element>, Layout<Shape<_1, _1, _1>>, Tile<_16, _16, _16>>;
 
-  static constexpr int kBlockKSmem = kHeadDim % 64 == 0 ? 64 : 32;
-  static constexpr int kSwizzle = kBlockKSmem == 32 ? 2 : 3;
-  using SmemLayoutAtom = decltype(composition(
-      Swizzle<kSwizzle, 3, 3>{}, Layout<Shape<_8, Int<kBlockKSmem>>, Stride<Int<kBlockKSmem>, _1>>{}));
+  static constexpr int kBlockKSmem = flash::SwizzledRows<kHeadDim>::kBlockKSmem;
+  using SmemLayoutAtom = typename flash::SwizzledRows<kHeadDim>::Atom;
   using SmemLayoutQ = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   // One warp's 16 keys. A slab is a whole number of swizzle periods (8 x 64 elements), so slabs
   // placed back to back share the same swizzle pattern.

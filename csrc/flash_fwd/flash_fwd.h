@@ -29,9 +29,8 @@ struct FlashFwdParams {
   int b, h, h_k, d;
   int seqlen_q, seqlen_k;  // the lengths, or their upper bounds when varlen
 
-  // The kernel's online softmax needs a positive scale: a negative one is applied as |scale| to
-  // -q (negate_q; Q is negated in shared memory), and 0 as a scale far below any score's
-  // resolution, so that masked -inf scores still give exp2(-inf) = 0 rather than NaN.
+  // From attention_scale() (common/torch_utils.h): the online softmax needs a positive scale, so a
+  // negative one is |scale| applied to -q (Q negated in shared memory), and 0 is 1e-30.
   float scale_softmax;       // |scale| applied to q.k (or to -q.k)
   float scale_softmax_log2;  // scale_softmax * log2(e), at least 1e-30: exp(x * scale) == exp2(x * scale_log2)
   bool negate_q;

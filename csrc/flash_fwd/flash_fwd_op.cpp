@@ -1,9 +1,6 @@
 // Torch glue for flash_fwd and flash_fwd_varlen: checks, output allocation, launch, registration.
 #include <c10/cuda/CUDAGuard.h>
 
-#include <algorithm>
-#include <cmath>
-
 #include "common/torch_utils.h"
 #include "flash_fwd/flash_fwd.h"
 
@@ -11,24 +8,8 @@ namespace cute_ops {
 
 namespace {
 
-constexpr int kAlignElems = 8;  // 16-byte cp.async / vector accesses of 16-bit elements
-
 void check_qkv(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t dims) {
-  for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
-    check_cuda_tensor(*t, op, name);
-    check_same_device(q, *t, op, name);
-    TORCH_CHECK(t->scalar_type() == at::kHalf || t->scalar_type() == at::kBFloat16, op, ": ", name,
-                " must be float16 or bfloat16, got ", t->scalar_type());
-    TORCH_CHECK(t->scalar_type() == q.scalar_type(), op, ": ", name, " has dtype ", t->scalar_type(),
-                ", q has ", q.scalar_type());
-    TORCH_CHECK(t->dim() == dims, op, ": ", name, " must have ", dims, " dims, got shape ", t->sizes());
-    TORCH_CHECK(t->stride(-1) == 1, op, ": ", name, "'s last dim must be contiguous, got strides ", t->strides());
-    for (int64_t i = 0; i + 1 < dims; ++i) {
-      TORCH_CHECK(t->stride(i) % kAlignElems == 0, op, ": ", name, "'s strides must be multiples of ",
-                  kAlignElems, " elements (16 bytes), got ", t->strides());
-    }
-    check_aligned(*t, 16, op, name);
-  }
+  for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) check_attention_tensor(*t, q, op, name, dims);
   const int64_t d = q.size(-1);
   TORCH_CHECK(flash_fwd_supports_head_dim(static_cast<int>(d)), op, ": head dim must be 64, 96, 128 or 256, got ", d);
   TORCH_CHECK(k.size(-1) == d && v.size(-1) == d, op, ": q, k and v must share the head dim, got ", d, ", ",
@@ -38,8 +19,9 @@ void check_qkv(const char* op, const at::Tensor& q, const at::Tensor& k, const a
   TORCH_CHECK(hq > 0 && hk > 0 && hq % hk == 0, op, ": q's head count (", hq, ") must be a multiple of k's (", hk, ")");
 }
 
-FlashFwdParams make_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                           const at::Tensor& lse, std::optional<double> softmax_scale, bool causal) {
+FlashFwdParams make_params(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& out, const at::Tensor& lse, std::optional<double> softmax_scale,
+                           bool causal) {
   FlashFwdParams p{};
   p.q = q.data_ptr();
   p.k = k.data_ptr();
@@ -53,10 +35,8 @@ FlashFwdParams make_params(const at::Tensor& q, const at::Tensor& k, const at::T
   p.k_row_stride = k.stride(-3), p.k_head_stride = k.stride(-2);
   p.v_row_stride = v.stride(-3), p.v_head_stride = v.stride(-2);
   p.o_row_stride = out.stride(-3), p.o_head_stride = out.stride(-2);
-  const double scale = softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(p.d)));
-  p.negate_q = scale < 0;
-  p.scale_softmax = static_cast<float>(std::abs(scale));
-  p.scale_softmax_log2 = std::max(static_cast<float>(std::abs(scale) * 1.4426950408889634), 1e-30f);  // log2(e)
+  const AttentionScale scale = attention_scale(op, softmax_scale, p.d);
+  p.scale_softmax = scale.scale, p.scale_softmax_log2 = scale.scale_log2, p.negate_q = scale.negate_q;
   p.is_causal = causal;
   p.is_bf16 = q.scalar_type() == at::kBFloat16;
   return p;
@@ -73,7 +53,7 @@ std::tuple<at::Tensor, at::Tensor> flash_fwd(const at::Tensor& q, const at::Tens
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({b, q.size(2), sq}, q.options().dtype(at::kFloat));
   if (sq == 0 || b == 0) return {out, lse};
-  FlashFwdParams p = make_params(q, k, v, out, lse, softmax_scale, causal);
+  FlashFwdParams p = make_params(kOp, q, k, v, out, lse, softmax_scale, causal);
   p.b = static_cast<int>(b);
   p.seqlen_q = static_cast<int>(sq);
   p.seqlen_k = static_cast<int>(sk);
@@ -102,7 +82,7 @@ std::tuple<at::Tensor, at::Tensor> flash_fwd_varlen(const at::Tensor& q, const a
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat));
   if (q.size(0) == 0) return {out, lse};
-  FlashFwdParams p = make_params(q, k, v, out, lse, softmax_scale, causal);
+  FlashFwdParams p = make_params(kOp, q, k, v, out, lse, softmax_scale, causal);
   p.b = static_cast<int>(cu_seqlens_q.numel() - 1);
   p.seqlen_q = static_cast<int>(max_seqlen_q);
   p.seqlen_k = static_cast<int>(max_seqlen_k);

@@ -11,6 +11,23 @@ namespace cute_ops::flash {
 
 using namespace cute;
 
+// The pieces every attention kernel here shares (flash_decode's traits use them too).
+// The SM80 m16n8k16 MMA with float32 accumulation for a 16-bit element type.
+template <typename Element>
+using Sm80MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
+                                       MMA_Atom<SM80_16x8x16_F32F16F16F32_TN>,
+                                       MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>>;
+
+// Shared memory rows of 64 (or 32) 16-bit elements, XOR-swizzled so that ldmatrix reads of 8 rows
+// x 16 bytes hit 8 different bank groups; tiles are built from this 8-row atom.
+template <int kHeadDim>
+struct SwizzledRows {
+  static constexpr int kBlockKSmem = kHeadDim % 64 == 0 ? 64 : 32;
+  static constexpr int kSwizzle = kBlockKSmem == 32 ? 2 : 3;
+  using Atom = decltype(composition(Swizzle<kSwizzle, 3, 3>{},
+                                    Layout<Shape<_8, Int<kBlockKSmem>>, Stride<Int<kBlockKSmem>, _1>>{}));
+};
+
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, typename Element_>
 struct FlashFwdTraits {
   using Element = Element_;  // cutlass::half_t or cutlass::bfloat16_t
@@ -22,17 +39,10 @@ struct FlashFwdTraits {
 
   // Warps split the M dimension: each warp owns 16 rows of every 16*kNWarps and reads only its own
   // rows of Q (and later writes only its own rows of O), which is why O may reuse Q's buffer.
-  using MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
-                                     MMA_Atom<SM80_16x8x16_F32F16F16F32_TN>,
-                                     MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>>;
-  using TiledMma = TiledMMA<MmaAtom, Layout<Shape<Int<kNWarps>, _1, _1>>, Tile<Int<16 * kNWarps>, _16, _16>>;
+  using TiledMma = TiledMMA<Sm80MmaAtom<Element>, Layout<Shape<Int<kNWarps>, _1, _1>>, Tile<Int<16 * kNWarps>, _16, _16>>;
 
-  // Shared memory rows of 64 (or 32) 16-bit elements, XOR-swizzled so that ldmatrix reads of 8
-  // rows x 16 bytes hit 8 different bank groups.
-  static constexpr int kBlockKSmem = kHeadDim % 64 == 0 ? 64 : 32;
-  static constexpr int kSwizzle = kBlockKSmem == 32 ? 2 : 3;
-  using SmemLayoutAtom = decltype(composition(
-      Swizzle<kSwizzle, 3, 3>{}, Layout<Shape<_8, Int<kBlockKSmem>>, Stride<Int<kBlockKSmem>, _1>>{}));
+  static constexpr int kBlockKSmem = SwizzledRows<kHeadDim>::kBlockKSmem;
+  using SmemLayoutAtom = typename SwizzledRows<kHeadDim>::Atom;
   using SmemLayoutQ = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutKV = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   // V^T for the second GEMM is a view of V's buffer, read with the transposing ldmatrix.
