@@ -33,15 +33,21 @@ class Case:
 
 def time_us(fn: Callable[[], object]) -> float:
     """Median time of one call in microseconds: CUDA events around each call, after warm-up, with
-    L2 flushed between calls (triton.testing.do_bench)."""
+    L2 flushed between calls (triton.testing.do_bench). Used for the ceilings, whose buffers are
+    far larger than L2."""
     from triton.testing import do_bench
 
     return 1e3 * do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-TIMING = ("CUDA-graph replay of one call per rotated input set (sets x bytes >= 3 x L2), median of "
-          "triton.testing.do_bench with L2 flushed before each replay, divided by the number of sets; "
-          "eager timing where capture fails")
+MIN_CALLS = 16   # calls a graph replays, at least: the graph's own launch cost spreads over them
+REPLAYS = 50
+
+TIMING = (f"CUDA-graph replay of max({MIN_CALLS}, sets) calls cycling over rotated input sets "
+          "(sets x bytes >= 3 x L2, so every call starts with its inputs out of L2), median over "
+          f"{REPLAYS} replays timed with CUDA events, divided by the calls; no L2 flush kernel between "
+          "replays (its dirty lines would charge their write-back to the op); eager do_bench timing "
+          "where capture fails")
 
 
 def input_sets(case: Case) -> int:
@@ -50,10 +56,26 @@ def input_sets(case: Case) -> int:
     return 1 if not case.bytes else max(1, min(64, -(-3 * l2 // case.bytes)))
 
 
+def time_graph_us(graph: torch.cuda.CUDAGraph) -> float:
+    """Median of REPLAYS replays of `graph`, each bracketed by CUDA events, after warm-up."""
+    for _ in range(3):
+        graph.replay()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(REPLAYS)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(REPLAYS)]
+    for start, end in zip(starts, ends):
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    times = sorted(1e3 * s.elapsed_time(e) for s, e in zip(starts, ends))
+    return times[len(times) // 2]
+
+
 def time_case(case: Case) -> tuple[dict[str, float], dict[str, str]]:
     """Time every implementation of `case` (ours and baselines) the same way; returns
     ({name: us per call}, {name: how it was timed})."""
     sets = [case.setup() for _ in range(input_sets(case))]
+    calls = max(MIN_CALLS, len(sets))
     times, how = {}, {}
     for name in sets[0]:
         fns = [s[name] for s in sets]
@@ -67,10 +89,10 @@ def time_case(case: Case) -> tuple[dict[str, float], dict[str, str]]:
         try:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                for fn in fns:
-                    fn()
-            times[name] = time_us(graph.replay) / len(fns)
-            how[name] = f"graph x{len(fns)}"
+                for i in range(calls):
+                    fns[i % len(fns)]()
+            times[name] = time_graph_us(graph) / calls
+            how[name] = f"graph {calls} calls over {len(fns)} sets"
             del graph
         except RuntimeError:
             torch.cuda.synchronize()

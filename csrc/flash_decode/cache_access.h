@@ -34,6 +34,41 @@ __device__ __forceinline__ void locate_key(const FlashDecodeParams& p, int bidb,
   }
 }
 
+// Where the keys of one tile live, a 16-key group at a time (page_size is a multiple of 16, so a
+// group never straddles pages): the group's page and the row of its first key. The attention
+// kernel reads them a tile ahead of the tile's loads, so that the block-table latency hides
+// behind a tile of compute instead of stalling the loads (with one CTA an SM nothing else would
+// cover it).
+template <int kGroups>
+struct TilePages {
+  int page[kGroups];
+  int row[kGroups];
+};
+
+template <int kGroups>
+__device__ __forceinline__ void fetch_tile_pages(const FlashDecodeParams& p, int bidb, int first_key, int seqlen,
+                                                 TilePages<kGroups>& t) {
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int key = first_key + g * 16;
+    if (p.block_table == nullptr) {
+      t.page[g] = bidb, t.row[g] = key;
+    } else {
+      const int slot = key / p.page_size;
+      t.page[g] = key < seqlen ? p.block_table[bidb * p.block_table_stride + slot] : 0;
+      t.row[g] = key - slot * p.page_size;
+    }
+  }
+}
+
+// The check locate_key makes, for a page fetched by fetch_tile_pages.
+__device__ __forceinline__ void check_page(const FlashDecodeParams& p, int bidb, int key, int page) {
+  if (p.block_table != nullptr && (page < 0 || page >= p.num_pages)) {
+    CUTE_OPS_DEVICE_FAIL("cute_ops.flash_decode: block_table[%d][%d] = %d is not a page of the cache (%d pages)\n",
+                         bidb, key / p.page_size, page, p.num_pages);
+  }
+}
+
 // Sequence bidb will hold `needed` keys: they must fit the cache (contiguous) or the block
 // table's pages (paged).
 __device__ __forceinline__ void check_capacity(const FlashDecodeParams& p, int bidb, int needed) {

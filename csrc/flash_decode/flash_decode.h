@@ -56,6 +56,7 @@ struct FlashDecodeParams {
 
   int b, sq, h, h_k, d;
   int num_splits;
+  bool pdl;        // sm_90+: launch as programmatic dependents (common/pdl.h)
   float scale_softmax, scale_softmax_log2;  // as in FlashFwdParams: |scale|, and q negated when < 0
   bool negate_q;
   bool causal;
@@ -72,8 +73,10 @@ constexpr int kDecodeBlockM = 16;
 constexpr int kDecodeBlockN = 64;     // keys a CTA stages at a time (4 warps x 16)
 constexpr int kDecodeMaxSplits = 128;  // the combine kernel keeps one weight a split in shared memory
 
-// The split count num_splits = 0 asks for: enough CTAs for two per SM, as long as each split
-// still covers at least two key tiles of the longest possible sequence (cache capacity).
+// The split count for num_splits = 0: about one CTA an SM for a contiguous cache (one CTA's ring
+// keeps enough bytes in flight, and every further split only adds partial outputs to merge), two
+// for a paged one; each split covering at least two key tiles of the longest possible sequence
+// (cache capacity max_seqlen).
 int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int max_seqlen);
 
 void run_flash_decode(const FlashDecodeParams& p, cudaStream_t stream);

@@ -12,11 +12,14 @@
 // Partition names as in flash_fwd: tSrQ = thread's register fragment of Q for the S MMA, etc.
 #include <cute/tensor.hpp>
 
+#include "common/pdl.h"
 #include "flash_decode/cache_access.h"
 #include "flash_decode/flash_decode.h"
 #include "flash_decode/kernel_traits.h"
+#include "flash_decode/trace.h"
 #include "flash_fwd/softmax.h"
 #include "flash_fwd/utils.h"
+
 
 namespace cute_ops::decode {
 
@@ -49,13 +52,6 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const int bidh_k = blockIdx.x / m_blocks;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
-  const int seqlen = p.cache_seqlens[bidb] + p.seqlen_new;
-  check_capacity(p, bidb, seqlen);
-  const int n_tiles = (seqlen + kBlockN - 1) / kBlockN;
-  const int tiles_per_split = (n_tiles + p.num_splits - 1) / p.num_splits;
-  const int tile_begin = split * tiles_per_split;
-  const int tile_end = min(n_tiles, tile_begin + tiles_per_split);
-
   // Packed row r = token * group + head-in-group.
   auto q_row_offset = [&](int r) -> index_t {
     const int i = r / group, g = r - i * group;
@@ -67,7 +63,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const int chunk_col = (tid % Traits::kChunksPerRow) * Traits::kElemsPerChunk;
   const int chunk_row = tid / Traits::kChunksPerRow;
 
-  // Q rows, zero past the last packed row.
+  // Nothing global is touched before the previous kernel (the append kernel, or whatever ran
+  // before the op) has finished; the combine kernel may be scheduled from here on.
+  DECODE_TRACE(0);
+  wait_for_previous_grid();
+  allow_dependent_launch();
+  DECODE_TRACE(1);
+
+  // Q rows, zero past the last packed row; issued before the length is read, as it needs none.
   {
     Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr), typename Traits::SmemLayoutQ{});
     const Element* q = static_cast<const Element*>(p.q);
@@ -79,8 +82,18 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     }
   }
 
-  // One K or V tile of kBlockN keys into ring stage `stage`; keys past the sequence are zeros.
-  auto load_tile = [&](int tile, int stage) {
+  const int seqlen = p.cache_seqlens[bidb] + p.seqlen_new;
+  check_capacity(p, bidb, seqlen);
+  const int n_tiles = (seqlen + kBlockN - 1) / kBlockN;
+  const int tiles_per_split = (n_tiles + p.num_splits - 1) / p.num_splits;
+  const int tile_begin = split * tiles_per_split;
+  const int tile_end = min(n_tiles, tile_begin + tiles_per_split);
+
+  // One K or V tile of kBlockN keys into ring stage `stage`, from the pages `where` says; keys
+  // past the sequence are zeros.
+  constexpr int kGroups = kBlockN / 16;
+  using Pages = TilePages<kGroups>;
+  auto load_tile = [&](int tile, int stage, const Pages& where) {
     Element* k_dst = ring + (stage * 2 + 0) * kNWarps * Traits::kSlabElems;
     Element* v_dst = ring + (stage * 2 + 1) * kNWarps * Traits::kSlabElems;
     const Element* k_cache = static_cast<const Element*>(p.k_cache) + bidh_k * p.k_head_stride + chunk_col;
@@ -90,8 +103,11 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
       const int r = r0 + chunk_row;
       const int key = tile * kBlockN + r;
       const bool valid = key < seqlen;
-      int page = 0, row = 0;
-      if (valid) locate_key(p, bidb, key, page, row);
+      // r0 / 16 is r's group (a pass covers at most 16 rows): a constant register index.
+      static_assert(16 % Traits::kRowsPerPass == 0);
+      const int page = valid ? where.page[r0 / 16] : 0;
+      const int row = valid ? where.row[r0 / 16] + r0 % 16 + chunk_row : 0;
+      if (valid) check_page(p, bidb, key, page);
       const int slab = r / Traits::kWarpKeys;
       const int in_slab = typename Traits::SmemLayoutSlab{}(r % Traits::kWarpKeys, chunk_col);
       cp_async_16(k_dst + slab * Traits::kSlabElems + in_slab,
@@ -103,12 +119,17 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
 
   // Prologue: Q with the first tile, then the rest of the ring. One commit group per stage, empty
   // ones included, so that "wait until at most kStages - 2 groups are pending" always means the
-  // current tile has landed.
+  // current tile has landed. `ahead` then holds the pages of the next tile to load.
+  Pages ahead;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (tile_begin + s < tile_end) load_tile(tile_begin + s, s);
+    if (tile_begin + s < tile_end) {
+      fetch_tile_pages(p, bidb, (tile_begin + s) * kBlockN, seqlen, ahead);
+      load_tile(tile_begin + s, s, ahead);
+    }
     cute::cp_async_fence();
   }
+  fetch_tile_pages(p, bidb, (tile_begin + kStages - 1) * kBlockN, seqlen, ahead);
 
   typename Traits::TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_thread_slice(lane);
@@ -137,6 +158,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     cute::cp_async_wait<kStages - 2>();
     __syncthreads();  // this tile has landed for every thread; every warp is done with the stage refilled next
     if (tile == tile_begin) {
+      DECODE_TRACE(2);
       // Q arrived with the first tile's group.
       copy(smem_copy_q, smem_thr_copy_q.partition_S(sQ), smem_thr_copy_q.retile_D(tSrQ));
       if (p.negate_q) {
@@ -145,7 +167,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
       }
     }
     const int next = tile + kStages - 1;
-    if (next < tile_end) load_tile(next, (next - tile_begin) % kStages);
+    if (next < tile_end) {
+      load_tile(next, (next - tile_begin) % kStages, ahead);
+      fetch_tile_pages(p, bidb, (next + 1) * kBlockN, seqlen, ahead);  // used next iteration
+    }
     cute::cp_async_fence();
 
     const int stage = (tile - tile_begin) % kStages;
@@ -180,14 +205,20 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   }
 
   // Merge the warps: each writes its normalised O and its rows' lse (natural log) to shared
-  // memory, reusing the ring; then every thread reduces a few columns of a few rows.
+  // memory, reusing the ring; kBlockM threads turn the lse values into per-warp weights, then each
+  // thread merges four adjacent columns of the valid rows (only `rows` of the 16 are real: 4 for
+  // one token under GQA 4). Kept short and parallel: with four warps an SM there is nobody to
+  // hide a serial tail behind.
+  DECODE_TRACE(3);
   cute::cp_async_wait<0>();
   __syncthreads();
   float lse[kRows];
   softmax.finalize(acc_o_rc, p.scale_softmax, lse);
-  float* sO = reinterpret_cast<float*>(ring);  // [warp][row][kHeadDim + 1] (+1: no bank conflicts)
+  constexpr int kLd = Traits::kCombineLd;
+  float* sO = reinterpret_cast<float*>(ring);      // [warp][row][kLd]
   float* sLse = reinterpret_cast<float*>(sQ_ptr);  // [warp][row]; Q is no longer needed
-  constexpr int kLd = kHeadDim + 1;
+  float* sWeight = sLse + kNWarps * kBlockM;        // [warp][row]
+  float* sRowLse = sWeight + kNWarps * kBlockM;     // [row]
   Tensor tOcO = thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   Tensor tOcO_rc = make_tensor(tOcO.data(), acc_rowcol(tOcO.layout()));
 #pragma unroll
@@ -200,38 +231,50 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     if (get<1>(tOcO_rc(mi, 0)) == 0) sLse[warp * kBlockM + row] = lse[mi];
   }
   __syncthreads();
-
-  const bool write_final = p.num_splits == 1;
-  for (int idx = tid; idx < kBlockM * kHeadDim; idx += Traits::kNThreads) {
-    const int row = idx / kHeadDim, col = idx % kHeadDim;
-    const int r = m_block * kBlockM + row;
-    if (r >= rows) continue;
+  if (tid < kBlockM) {
     float lse_max = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kNWarps; ++w) lse_max = fmaxf(lse_max, sLse[w * kBlockM + row]);
-    float o = 0.f, weight_sum = 0.f;
-    if (lse_max != -INFINITY) {
+    for (int w = 0; w < kNWarps; ++w) lse_max = fmaxf(lse_max, sLse[w * kBlockM + tid]);
+    float wt[kNWarps], weight_sum = 0.f;
 #pragma unroll
-      for (int w = 0; w < kNWarps; ++w) {
-        const float wt = __expf(sLse[w * kBlockM + row] - lse_max);
-        weight_sum += wt;
-        o += wt * sO[(w * kBlockM + row) * kLd + col];
-      }
-      o /= weight_sum;
+    for (int w = 0; w < kNWarps; ++w) {
+      wt[w] = lse_max == -INFINITY ? 0.f : __expf(sLse[w * kBlockM + tid] - lse_max);
+      weight_sum += wt[w];
     }
-    const float row_lse = lse_max == -INFINITY ? -INFINITY : lse_max + __logf(weight_sum);
-    const int i = r / group, head = bidh_k * group + (r - (r / group) * group);
+    const float inv = weight_sum > 0.f ? 1.f / weight_sum : 0.f;
+#pragma unroll
+    for (int w = 0; w < kNWarps; ++w) sWeight[w * kBlockM + tid] = wt[w] * inv;
+    sRowLse[tid] = weight_sum > 0.f ? lse_max + __logf(weight_sum) : -INFINITY;
+  }
+  __syncthreads();
+
+  constexpr int kThreadsPerRow = kHeadDim / 4;
+  const int valid_rows = min(kBlockM, rows - m_block * kBlockM);
+  const int col = (tid % kThreadsPerRow) * 4;
+  for (int row = tid / kThreadsPerRow; row < valid_rows; row += Traits::kNThreads / kThreadsPerRow) {
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < kNWarps; ++w) {
+      const float wt = sWeight[w * kBlockM + row];
+      const float4 x = *reinterpret_cast<const float4*>(&sO[(w * kBlockM + row) * kLd + col]);
+      o.x += wt * x.x, o.y += wt * x.y, o.z += wt * x.z, o.w += wt * x.w;
+    }
+    const int r = m_block * kBlockM + row;
+    const int i = r / group, head = bidh_k * group + (r - i * group);
     const index_t lse_row = (static_cast<index_t>(bidb) * p.h + head) * p.sq + i;
-    if (write_final) {
+    if (p.num_splits == 1) {
       Element* out = static_cast<Element*>(p.o) + bidb * p.o_batch_stride + i * p.o_row_stride + head * p.o_head_stride;
-      out[col] = static_cast<Element>(o);
-      if (col == 0) p.lse[lse_row] = row_lse;
+      Element packed[4] = {static_cast<Element>(o.x), static_cast<Element>(o.y), static_cast<Element>(o.z),
+                           static_cast<Element>(o.w)};
+      *reinterpret_cast<uint2*>(out + col) = *reinterpret_cast<const uint2*>(packed);
+      if (col == 0) p.lse[lse_row] = sRowLse[row];
     } else {
       const index_t part = static_cast<index_t>(split) * p.b * p.h * p.sq + lse_row;
-      p.o_partial[part * kHeadDim + col] = o;
-      if (col == 0) p.lse_partial[part] = row_lse;
+      *reinterpret_cast<float4*>(p.o_partial + part * kHeadDim + col) = o;
+      if (col == 0) p.lse_partial[part] = sRowLse[row];
     }
   }
+  DECODE_TRACE(4);
 }
 
 }  // namespace cute_ops::decode

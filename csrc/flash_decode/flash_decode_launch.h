@@ -1,7 +1,9 @@
 #pragma once
-// Tile choice and launches of one (dtype, head dim): the split-KV attention kernel, then, with
-// more than one split, the combine kernel. Compiled one instantiation per file (instantiations/).
-#include "common/cuda_check.h"
+// Launches of one (dtype, head dim): the split-KV attention kernel, then, with more than one
+// split, the combine kernel. Both are programmatic dependents of the kernel before them
+// (common/pdl.h): the attention kernel of the append kernel or of whatever ran before the op, the
+// combine kernel of the attention kernel. Compiled one instantiation per file (instantiations/).
+#include "common/pdl.h"
 #include "flash_decode/flash_decode_combine.h"
 #include "flash_decode/flash_decode_kernel.h"
 
@@ -9,8 +11,9 @@ namespace cute_ops {
 
 namespace decode {
 
-// 4 warps x 16 keys a tile; the ring is as deep as fits two CTAs an SM with >= 64 KB in flight
-// each (head dim 128: 3 stages of 32 KB; 64: 4 of 16 KB).
+// 4 warps x 16 keys a tile; the ring is as deep as fits two CTAs an SM (head dim 128: 3 stages
+// of 32 KB; 64: 4 of 16 KB). A ring twice as deep at one CTA an SM was measured no faster: one
+// CTA an SM already keeps DRAM busy, and a deeper prologue delays the first tile.
 template <int kHeadDim, typename Element>
 using DecodeTraits = FlashDecodeTraits<kHeadDim, kHeadDim == 128 ? 3 : 4, Element>;
 
@@ -23,9 +26,8 @@ void launch_decode(const FlashDecodeParams& p, cudaStream_t stream) {
                "flash_decode shared memory");
   }
   const int m_blocks = (flash_decode_rows(p) + Traits::kBlockM - 1) / Traits::kBlockM;
-  const dim3 grid(p.h_k * m_blocks, p.num_splits, p.b);
-  kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(p);
-  CUTE_OPS_CHECK_LAUNCH("flash_decode launch");
+  launch_dependent(p.pdl, kernel, dim3(p.h_k * m_blocks, p.num_splits, p.b), dim3(Traits::kNThreads), kSmem, stream,
+                   p);
 }
 
 }  // namespace decode
@@ -35,8 +37,8 @@ void run_flash_decode_(const FlashDecodeParams& p, cudaStream_t stream) {
   decode::launch_decode<decode::DecodeTraits<kHeadDim, Element>>(p, stream);
   if (p.num_splits > 1) {
     const long long rows = static_cast<long long>(p.b) * p.h * p.sq;
-    decode::flash_decode_combine_kernel<kHeadDim, Element><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p);
-    CUTE_OPS_CHECK_LAUNCH("flash_decode combine launch");
+    launch_dependent(p.pdl, &decode::flash_decode_combine_kernel<kHeadDim, Element>,
+                     dim3(static_cast<unsigned>(rows)), dim3(decode::kCombineThreads), 0, stream, p);
   }
 }
 

@@ -20,17 +20,27 @@ namespace {
 constexpr const char* kOp = "flash_decode";
 constexpr int kMaxNewTokens = 16;
 
-// SM count of a device, looked up once per device (the split heuristic needs it on every call).
-int sm_count(int device) {
-  static std::array<std::atomic<int>, 64> cache{};
-  const bool cached = device >= 0 && device < static_cast<int>(cache.size());
-  int n = cached ? cache[device].load(std::memory_order_relaxed) : 0;
-  if (n == 0) {
-    TORCH_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess, kOp,
-                ": could not read the SM count of device ", device);
-    if (cached) cache[device].store(n, std::memory_order_relaxed);
+// SM count (for the split heuristic) and compute capability major (sm_90+ launches as programmatic
+// dependents) of a device, looked up once per device.
+struct DeviceInfo {
+  int sms = 0, major = 0;
+};
+
+DeviceInfo device_info(int device) {
+  static std::array<std::atomic<int>, 64> sms{}, major{};
+  const bool cached = device >= 0 && device < static_cast<int>(sms.size());
+  if (cached && sms[device].load(std::memory_order_acquire) != 0) {  // published last, below
+    return {sms[device].load(std::memory_order_relaxed), major[device].load(std::memory_order_relaxed)};
   }
-  return n;
+  DeviceInfo info;
+  TORCH_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess,
+              kOp, ": could not read the properties of device ", device);
+  if (cached) {
+    major[device].store(info.major, std::memory_order_relaxed);
+    sms[device].store(info.sms, std::memory_order_release);
+  }
+  return info;
 }
 
 void check_int32(const at::Tensor& t, const at::Tensor& q, const char* name, int64_t dims) {
@@ -159,9 +169,9 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
   p.o = out.data_ptr();
   p.o_batch_stride = out.stride(0), p.o_row_stride = out.stride(1), p.o_head_stride = out.stride(2);
   p.lse = lse.data_ptr<float>();
-  const int num_sms = sm_count(q.device().index());
-  p.num_splits = num_splits > 0 ? static_cast<int>(num_splits)
-                                : flash_decode_default_splits(p, num_sms, max_seqlen);
+  const DeviceInfo info = device_info(q.device().index());
+  p.pdl = info.major >= 9;
+  p.num_splits = num_splits > 0 ? static_cast<int>(num_splits) : flash_decode_default_splits(p, info.sms, max_seqlen);
   at::Tensor o_partial, lse_partial;
   if (p.num_splits > 1) {
     o_partial = at::empty({p.num_splits, b * h * sq, d}, q.options().dtype(at::kFloat));

@@ -46,7 +46,10 @@ struct FlashDecodeTraits {
   // mainloop the ring is reused for the warps' float32 partial outputs.
   static constexpr int kQElems = kBlockM * kHeadDim;
   static constexpr int kRingElems = kStages * 2 * kNWarps * kSlabElems;
-  static constexpr int kCombineBytes = kNWarps * kBlockM * (kHeadDim + 1) * 4;
+  // Row pitch (floats) of the warps' partial O in the merge: float4 aligned, rows 4 banks apart.
+  static constexpr int kCombineLd = kHeadDim + 4;
+  static constexpr int kCombineBytes = kNWarps * kBlockM * kCombineLd * 4;
+  static_assert(kQElems * sizeof(Element) >= (2 * kNWarps + 1) * kBlockM * 4, "merge weights live where Q was");
   static constexpr int kSmemBytes = static_cast<int>(
       kQElems * sizeof(Element) +
       (kRingElems * sizeof(Element) > kCombineBytes ? kRingElems * sizeof(Element) : kCombineBytes));

@@ -1,0 +1,115 @@
+// Per-CTA timeline of flash_decode's kernels on a contiguous bf16 cache (Hq 32, Hkv 8, D 128,
+// one token): the global timer at entry, after the PDL wait, when the first tile landed, when the
+// main loop ended and at the end of each attention CTA, and when the combine CTAs passed their
+// wait and ended; next to a plain read of the same K and V bytes. How the epilogue, combine and
+// ramp costs in docs/perf-notes.md were found. Needs a GPU; not part of the extension:
+//
+//   nvcc -std=c++17 -O3 --expt-relaxed-constexpr --use_fast_math -DNDEBUG \
+//        -gencode=arch=compute_90a,code=sm_90a -Icsrc -Ithird_party/cutlass/include \
+//        perf/tools/decode_timeline.cu -o build/decode_timeline
+//   build/decode_timeline BATCH LENGTH SPLITS FLUSH   # FLUSH: 0 memset (dirty L2), 1 read, 2 none
+#define CUTE_OPS_DECODE_TRACE
+#include <cstdio>
+#include <vector>
+#include <algorithm>
+#include <cuda_bf16.h>
+#include "flash_decode/flash_decode_launch.h"
+
+using namespace cute_ops;
+
+__global__ void read_kernel(const int4* p, size_t n, int* out) {
+  int acc = 0;
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    int4 a = p[i], b = p[i + stride], c = p[i + 2 * stride], d = p[i + 3 * stride];
+    acc ^= a.x ^ b.y ^ c.z ^ d.w;
+  }
+  for (; i < n; i += stride) acc ^= p[i].x;
+  if (acc == 0x12345678) out[0] = acc;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    fprintf(stderr, "usage: %s BATCH LENGTH SPLITS FLUSH\n", argv[0]);
+    return 2;
+  }
+  int B = atoi(argv[1]), L = atoi(argv[2]), splits = atoi(argv[3]);
+  const int H = 32, HK = 8, D = 128;
+  size_t cache_elems = (size_t)B * L * HK * D;
+  void *q, *k, *v, *o; float *lse, *op, *lp; int* lens;
+  cudaMalloc(&q, (size_t)B * H * D * 2); cudaMalloc(&k, cache_elems * 2); cudaMalloc(&v, cache_elems * 2);
+  cudaMemset(q, 0x3c, (size_t)B * H * D * 2); cudaMemset(k, 0x3c, cache_elems * 2); cudaMemset(v, 0x3c, cache_elems * 2);
+  cudaMalloc(&o, (size_t)B * H * D * 2); cudaMalloc(&lse, B * H * 4);
+  cudaMalloc(&op, (size_t)splits * B * H * D * 4); cudaMalloc(&lp, (size_t)splits * B * H * 4);
+  cudaMalloc(&lens, B * 4);
+  std::vector<int> hl(B, L); cudaMemcpy(lens, hl.data(), B * 4, cudaMemcpyHostToDevice);
+  void* flush; size_t fl = 256 << 20; cudaMalloc(&flush, fl);
+  FlashDecodeParams p = {};
+  p.q = q; p.q_batch_stride = H * D; p.q_row_stride = H * D; p.q_head_stride = D;
+  p.k_cache = k; p.v_cache = v;
+  p.k_page_stride = p.v_page_stride = (size_t)L * HK * D; p.k_row_stride = p.v_row_stride = HK * D;
+  p.k_head_stride = p.v_head_stride = D; p.block_table = nullptr; p.max_pages = 1; p.page_size = L; p.num_pages = B;
+  p.cache_seqlens = lens; p.seqlen_new = 0;
+  p.o = o; p.o_batch_stride = H * D; p.o_row_stride = H * D; p.o_head_stride = D; p.lse = lse;
+  p.o_partial = op; p.lse_partial = lp;
+  p.b = B; p.sq = 1; p.h = H; p.h_k = HK; p.d = D; p.num_splits = splits;
+  p.scale_softmax = 0.088f; p.scale_softmax_log2 = 0.088f * 1.4427f; p.causal = true; p.is_bf16 = true;
+  p.pdl = true;
+  cudaStream_t st; cudaStreamCreate(&st);
+  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+  const int nblk = HK * splits * B;
+  std::vector<unsigned long long> tr(nblk * 8);
+  const int flush_mode = atoi(argv[4]);  // 0 memset (dirty L2), 1 read (clean L2), 2 none
+  for (int rep = 0; rep < 3; ++rep) {
+    float best = 1e9;
+    for (int it = 0; it < 5; ++it) {
+      if (flush_mode == 0) cudaMemsetAsync(flush, it, fl, st);
+      if (flush_mode == 1) read_kernel<<<132 * 8, 256, 0, st>>>((const int4*)flush, fl / 16, (int*)o);
+      cudaEventRecord(e0, st);
+      read_kernel<<<132 * 8, 256, 0, st>>>((const int4*)k, cache_elems * 2 / 16, (int*)o);
+      read_kernel<<<132 * 8, 256, 0, st>>>((const int4*)v, cache_elems * 2 / 16, (int*)o);
+      cudaEventRecord(e1, st);
+      cudaStreamSynchronize(st);
+      float ms; cudaEventElapsedTime(&ms, e0, e1); best = std::min(best, ms);
+    }
+    printf("pure read of K and V (two kernels), flush mode %d: %.1f us, %.2f TB/s\n", flush_mode, best * 1e3, 2.0 * cache_elems * 2 / (best * 1e6));
+  }
+  for (int it = 0; it < 6; ++it) {
+    if (flush_mode == 0) cudaMemsetAsync(flush, it, fl, st);
+    if (flush_mode == 1) read_kernel<<<132 * 8, 256, 0, st>>>((const int4*)flush, fl / 16, (int*)o);
+    cudaEventRecord(e0, st);
+    run_flash_decode_<cutlass::bfloat16_t, 128>(p, st);
+    cudaEventRecord(e1, st);
+    cudaStreamSynchronize(st);
+    float ms; cudaEventElapsedTime(&ms, e0, e1);
+    cudaMemcpyFromSymbol(tr.data(), g_decode_trace, nblk * 8 * 8);
+    std::vector<unsigned long long> ct(B * H * 8);
+    cudaMemcpyFromSymbol(ct.data(), g_decode_trace, B * H * 64, (size_t(1) << 19) * 64);
+    unsigned long long t0 = ~0ull, tend = 0;
+    for (int b = 0; b < nblk; ++b) { t0 = std::min(t0, tr[b * 8]); tend = std::max(tend, tr[b * 8 + 4]); }
+    std::vector<double> c[5];
+    for (int b = 0; b < nblk; ++b) for (int i = 0; i < 5; ++i) c[i].push_back((tr[b * 8 + i] - t0) / 1e3);
+    printf("B%d L%d s%d: event %.1f us, first entry->last end %.1f us, %.2f TB/s\n", B, L, splits, ms * 1e3,
+           (tend - t0) / 1e3, 2.0 * cache_elems * 2 / ((tend - t0) * 1e3));
+    if (splits > 1) {
+      unsigned long long cw = 0, ce = 0, cs = ~0ull;
+      for (int r = 0; r < B * H; ++r) { cs = std::min(cs, ct[r * 8]); cw = std::max(cw, ct[r * 8 + 1]); ce = std::max(ce, ct[r * 8 + 2]); }
+      printf("  combine: first entry %.2f, last past-wait %.2f, last end %.2f (us after first decode entry)\n",
+             ((long long)(cs - t0)) / 1e3, (cw - t0) / 1e3, (ce - t0) / 1e3);
+    }
+    if (it < 4) continue;
+    const char* nm[5] = {"entry", "after-wait", "tile0-landed", "loop-done", "end"};
+    for (int i = 0; i < 5; ++i) {
+      auto x = c[i]; std::sort(x.begin(), x.end());
+      printf("  %-13s min %6.2f p10 %6.2f p50 %6.2f p90 %6.2f max %6.2f\n", nm[i], x[0], x[x.size() / 10], x[x.size() / 2],
+             x[x.size() * 9 / 10], x.back());
+    }
+    // per-CTA durations of the loop
+    std::vector<double> dl, dt;
+    for (int b = 0; b < nblk; ++b) { dl.push_back(c[3][b] - c[2][b]); dt.push_back(c[4][b] - c[3][b]); }
+    std::sort(dl.begin(), dl.end()); std::sort(dt.begin(), dt.end());
+    printf("  loop dur      min %6.2f p50 %6.2f max %6.2f | epilogue p50 %6.2f max %6.2f\n", dl[0], dl[dl.size() / 2], dl.back(), dt[dt.size() / 2], dt.back());
+  }
+  cudaError_t err = cudaGetLastError(); printf("err %s\n", cudaGetErrorString(err));
+}
