@@ -1,0 +1,111 @@
+"""gemm_pair's tile order and dependencies (cute_ops.gemm_pair_schedule), on the CPU: every policy
+puts each tile after its producers, tile-level producers cover exactly the K range a split reads,
+and P concurrent workers with random tile durations never deadlock, for many P; an order that
+breaks the rule is rejected and does deadlock."""
+import math
+import random
+
+import pytest
+
+from cute_ops.gemm_pair_schedule import (GRANULARITIES, POLICIES, PairShape, Tile, Tiling, check_order,
+                                         make_schedule, simulate)
+
+LLAMA = dict(k=4096, n0=2 * 14336, n1=4096)  # LLaMA-3-8B MLP: H = 4096, I = 14336
+SMALL = dict(k=256, n0=2 * 1000, n1=384)     # same structure, fewer tiles (h width 1000: a partial tile)
+
+
+def combos():
+    for policy in POLICIES:
+        for granularity in GRANULARITIES:
+            if policy == "overlap" and granularity == "row":
+                continue
+            yield policy, granularity
+
+
+@pytest.mark.parametrize("policy,granularity", list(combos()))
+@pytest.mark.parametrize("m", [1, 7, 16, 64, 128, 1000, 4096])
+@pytest.mark.parametrize("split_k1", [None, 1024])
+def test_orders_are_complete_and_respect_producers(policy, granularity, m, split_k1):
+    s = make_schedule(PairShape(m=m, **LLAMA), Tiling(block_m=64, split_k1=split_k1), policy, granularity)
+    check_order(s)  # make_schedule checked already; an explicit second look
+    splits = 1 if split_k1 is None else math.ceil(14336 / split_k1)
+    m_blocks = math.ceil(m / 64)
+    assert len(s.order) == m_blocks * (224 + 32 * splits)
+    assert len(s.table) == len(s.order) and all(len(row) == 4 for row in s.table)
+
+
+@pytest.mark.parametrize("split_k1", [64, 128, 320, 1024])
+def test_tile_producers_cover_exactly_the_split(split_k1):
+    shape = PairShape(m=64, **SMALL)
+    s = make_schedule(shape, Tiling(block_n0=128, split_k1=split_k1), "overlap", "tile")
+    per_tile = 64  # h columns a GEMM0 tile of 128 interleaved gate/up columns makes
+    for split in range(s.splits):
+        lo, hi = split * split_k1, min((split + 1) * split_k1, shape.h_width)
+        prods = s.producers(Tile(1, 0, 0, split))
+        covered = set()
+        for p in prods:
+            cols = set(range(p.n * per_tile, min((p.n + 1) * per_tile, shape.h_width)))
+            assert cols & set(range(lo, hi)), f"producer {p} makes none of split {split}'s columns"
+            covered |= cols
+        assert set(range(lo, hi)) <= covered
+        assert s.wait_count(Tile(1, 0, 0, split)) == len(prods)
+
+
+def test_row_granularity_waits_for_the_whole_row_block():
+    s = make_schedule(PairShape(m=200, **SMALL), Tiling(split_k1=128), "row_interleaved", "row")
+    assert s.producers(Tile(1, 2, 1, 3)) == [Tile(0, 2, j, 0) for j in range(s.n0_tiles)]
+    assert s.producers(Tile(0, 2, 1, 0)) == []
+
+
+def test_overlap_needs_tile_granularity():
+    with pytest.raises(ValueError, match="comes later"):
+        make_schedule(PairShape(m=16, **SMALL), Tiling(split_k1=128), "overlap", "row")
+
+
+def test_overlap_starts_gemm1_before_gemm0_ends():
+    s = make_schedule(PairShape(m=16, **LLAMA), Tiling(split_k1=1024), "overlap", "tile", lag=0)
+    first_gemm1 = next(i for i, t in enumerate(s.order) if t.gemm == 1)
+    assert first_gemm1 == 1024 // 64  # right after the 16 GEMM0 tiles that make split 0
+    lagged = make_schedule(PairShape(m=16, **LLAMA), Tiling(split_k1=1024), "overlap", "tile", lag=100)
+    assert next(i for i, t in enumerate(lagged.order) if t.gemm == 1) == 16 + 100
+    seq = make_schedule(PairShape(m=16, **LLAMA), Tiling(split_k1=1024), "sequential", "tile")
+    assert next(i for i, t in enumerate(seq.order) if t.gemm == 1) == seq.n0_tiles
+
+
+@pytest.mark.parametrize("bad", [
+    dict(policy="fastest"), dict(granularity="page"), dict(lag=-1), dict(tiling=Tiling(split_k1=100)),
+    dict(shape=PairShape(m=0, **SMALL)), dict(shape=PairShape(m=4, k=8, n0=7, n1=8))])
+def test_bad_arguments(bad):
+    args = dict(shape=PairShape(m=16, **SMALL), tiling=Tiling(split_k1=128), policy="overlap",
+                granularity="tile", lag=1)
+    args.update(bad)
+    with pytest.raises(ValueError):
+        make_schedule(**args)
+
+
+@pytest.mark.parametrize("policy,granularity", list(combos()))
+@pytest.mark.parametrize("workers", [1, 2, 3, 5, 8, 17, 64, 132, 1000])
+def test_simulation_never_deadlocks(policy, granularity, workers):
+    rng = random.Random(workers)
+    for trial in range(3):
+        m = rng.choice([1, 16, 100, 300])
+        split = rng.choice([None, 64, 192])
+        s = make_schedule(PairShape(m=m, **SMALL), Tiling(block_m=64, split_k1=split), policy, granularity,
+                          lag=rng.choice([0, 1, 2]))
+        durations = {t: rng.expovariate(1.0) + 0.01 for t in s.order}  # heavy-tailed: some tiles much slower
+        r = simulate(s, workers, durations)
+        assert not r.deadlocked and r.finished == len(s.order)
+
+
+def test_an_order_breaking_the_rule_is_rejected_and_deadlocks():
+    s = make_schedule(PairShape(m=16, **SMALL), Tiling(split_k1=128), "sequential", "tile")
+    bad = list(s.order)
+    consumer = next(i for i, t in enumerate(bad) if t.gemm == 1)
+    bad.insert(0, bad.pop(consumer))  # a GEMM1 tile first: it waits for tiles after it
+    with pytest.raises(ValueError, match="comes later"):
+        check_order(type(s)(s.shape, s.tiling, s.policy, s.granularity, tuple(bad)))
+    # With one CTA slot, the first CTA waits forever for tiles no CTA can take.
+    durations = {t: 1.0 for t in bad}
+    assert simulate(bad, 1, durations, producers=s.producers).deadlocked
+    # With enough slots for everything it is merely slow: the hazard depends on residency.
+    assert not simulate(bad, len(bad), durations, producers=s.producers).deadlocked
