@@ -18,6 +18,14 @@ using index_t = FlashDecodeParams::index_t;
     __trap();                     \
   } while (0)
 
+// A page number read from the block table must be a page of the cache.
+__device__ __forceinline__ void check_page(const FlashDecodeParams& p, int bidb, int key, int page) {
+  if (p.block_table != nullptr && (page < 0 || page >= p.num_pages)) {
+    CUTE_OPS_DEVICE_FAIL("cute_ops.flash_decode: block_table[%d][%d] = %d is not a page of the cache (%d pages)\n",
+                         bidb, key / p.page_size, page, p.num_pages);
+  }
+}
+
 // Page (or batch index) and row within it; checks the page number against the cache.
 __device__ __forceinline__ void locate_key(const FlashDecodeParams& p, int bidb, int key, int& page, int& row) {
   if (p.block_table == nullptr) {
@@ -28,10 +36,7 @@ __device__ __forceinline__ void locate_key(const FlashDecodeParams& p, int bidb,
   const int slot = key / p.page_size;
   page = p.block_table[bidb * p.block_table_stride + slot];
   row = key - slot * p.page_size;
-  if (page < 0 || page >= p.num_pages) {
-    CUTE_OPS_DEVICE_FAIL("cute_ops.flash_decode: block_table[%d][%d] = %d is not a page of the cache (%d pages)\n",
-                         bidb, slot, page, p.num_pages);
-  }
+  check_page(p, bidb, key, page);
 }
 
 // Where the keys of one tile live, a 16-key group at a time (page_size is a multiple of 16, so a
@@ -58,14 +63,6 @@ __device__ __forceinline__ void fetch_tile_pages(const FlashDecodeParams& p, int
       t.page[g] = key < seqlen ? p.block_table[bidb * p.block_table_stride + slot] : 0;
       t.row[g] = key - slot * p.page_size;
     }
-  }
-}
-
-// The check locate_key makes, for a page fetched by fetch_tile_pages.
-__device__ __forceinline__ void check_page(const FlashDecodeParams& p, int bidb, int key, int page) {
-  if (p.block_table != nullptr && (page < 0 || page >= p.num_pages)) {
-    CUTE_OPS_DEVICE_FAIL("cute_ops.flash_decode: block_table[%d][%d] = %d is not a page of the cache (%d pages)\n",
-                         bidb, key / p.page_size, page, p.num_pages);
   }
 }
 

@@ -5,11 +5,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cmath>
 #include <optional>
 
+#include "common/device_info.h"
 #include "common/torch_utils.h"
 #include "flash_decode/flash_decode.h"
 
@@ -19,29 +18,6 @@ namespace {
 
 constexpr const char* kOp = "flash_decode";
 constexpr int kMaxNewTokens = 16;
-
-// SM count (for the split heuristic) and compute capability major (sm_90+ launches as programmatic
-// dependents) of a device, looked up once per device.
-struct DeviceInfo {
-  int sms = 0, major = 0;
-};
-
-DeviceInfo device_info(int device) {
-  static std::array<std::atomic<int>, 64> sms{}, major{};
-  const bool cached = device >= 0 && device < static_cast<int>(sms.size());
-  if (cached && sms[device].load(std::memory_order_acquire) != 0) {  // published last, below
-    return {sms[device].load(std::memory_order_relaxed), major[device].load(std::memory_order_relaxed)};
-  }
-  DeviceInfo info;
-  TORCH_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess,
-              kOp, ": could not read the properties of device ", device);
-  if (cached) {
-    major[device].store(info.major, std::memory_order_relaxed);
-    sms[device].store(info.sms, std::memory_order_release);
-  }
-  return info;
-}
 
 void check_int32(const at::Tensor& t, const at::Tensor& q, const char* name, int64_t dims) {
   check_cuda_tensor(t, kOp, name);

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "common/cuda_check.h"
+#include "common/device_info.h"
 #include "common/dispatch.cuh"
 #include "norm/rms_norm_kernel.cuh"
 
@@ -26,10 +27,9 @@ int next_pow2(int v) {
 }
 
 int sm_count() {
-  int device = 0, sms = 0;
+  int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-  return sms;
+  return device_info(device).sms;
 }
 
 template <typename T, bool kAddResidual>
