@@ -6,13 +6,13 @@ csrc/<family>/; every op schema is declared in csrc/torch_bindings.cpp.
 from ._library import cuda_kernels_available, schemas_loaded
 from .decode import flash_decode
 from .flash import flash_attn_func, flash_attn_varlen_func, flash_fwd, flash_fwd_varlen
+from .gemm_pair import fused_mlp, gemm_pair, pack_gate_up, unpack_gate_up
 from .norm import fused_add_rms_norm, rms_norm
 from .rope import Llama3RopeScaling, rope_cos_sin_cache, rope_inv_freq, rotary_embedding
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Llama3RopeScaling",
     "cuda_kernels_available",
     "flash_attn_func",
     "flash_attn_varlen_func",
@@ -20,9 +20,14 @@ __all__ = [
     "flash_fwd",
     "flash_fwd_varlen",
     "fused_add_rms_norm",
+    "fused_mlp",
+    "gemm_pair",
+    "Llama3RopeScaling",
+    "pack_gate_up",
     "rms_norm",
     "rope_cos_sin_cache",
     "rope_inv_freq",
     "rotary_embedding",
     "schemas_loaded",
+    "unpack_gate_up",
 ]

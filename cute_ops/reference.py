@@ -125,3 +125,27 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         outs.append(out)
         lses.append(lse)
     return torch.cat(outs), torch.cat(lses), k_cache, v_cache
+
+
+def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: str = "swiglu",
+              round_h: torch.dtype | None = None) -> torch.Tensor:
+    """``act(a @ b0.T) @ b1.T`` in a's dtype; for "swiglu", b0 is packed by `cute_ops.pack_gate_up`.
+    `round_h` rounds the intermediate to that dtype, as the kernel stores it."""
+    from .gemm_pair import unpack_gate_up
+
+    if activation == "swiglu":
+        gate, up = unpack_gate_up(b0)
+        h = torch.nn.functional.silu(a @ gate.T) * (a @ up.T)
+    elif activation == "gelu":
+        h = torch.nn.functional.gelu(a @ b0.T)
+    else:
+        h = a @ b0.T
+    if round_h is not None:
+        h = h.to(round_h).to(a.dtype)
+    return h @ b1.T
+
+
+def llama_mlp(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
+    """LLaMA's MLP as a model writes it (the cuBLAS baseline): down(silu(gate(x)) * up(x))."""
+    return torch.nn.functional.linear(torch.nn.functional.silu(torch.nn.functional.linear(x, w_gate))
+                                      * torch.nn.functional.linear(x, w_up), w_down)

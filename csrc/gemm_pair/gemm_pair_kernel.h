@@ -1,0 +1,102 @@
+#pragma once
+// gemm_pair: out = act(a b0^T) b1^T in one launch. The grid has one CTA per tile of either GEMM;
+// a CTA does not compute the tile its blockIdx names but the one its ticket names: the first
+// thing it does is take the next ticket from a global counter and look it up in the order table
+// (built on the host by a policy, tile_order.h). A tile only waits for tiles with smaller
+// tickets, which are held by CTAs already running, so the launch cannot deadlock however few
+// CTAs are co-resident (docs/gemm_pair.md).
+//
+//   GEMM0 tile (m, n):    h[m block, n's columns] = act(a[m block] b0[n's rows]^T); then it
+//                         signals the counter of its row block (or of the K-split reading it).
+//   GEMM1 tile (m, n, s): streams b1's first stages, waits for the h columns of split s, then
+//                         out[m block, n block] (+)= h[m block, split s] b1[n block, split s]^T.
+#include <cute/tensor.hpp>
+
+#include "gemm_pair/epilogue.h"
+#include "gemm_pair/gemm_pair.h"
+#include "gemm_pair/kernel_traits.h"
+#include "gemm_pair/mainloop.h"
+#include "gemm_pair/tile_sync.h"
+
+namespace cute_ops::gemm_pair {
+
+using namespace cute;
+
+// Stages the accumulators in shared memory as a row-major float32 tile for the epilogues.
+template <typename Traits, typename Acc>
+__device__ __forceinline__ const float* stage_accumulators(const Acc& acc, char* smem) {
+  Tensor sC = make_tensor(make_smem_ptr(reinterpret_cast<float*>(smem)), typename Traits::SmemLayoutC{});
+  typename Traits::TiledMma tiled_mma;
+  Tensor tCsC = tiled_mma.get_thread_slice(threadIdx.x).partition_C(sC);
+  copy(acc, tCsC);
+  __syncthreads();
+  return reinterpret_cast<const float*>(smem);
+}
+
+template <typename Traits>
+__device__ __forceinline__ auto make_accumulators() {
+  typename Traits::TiledMma tiled_mma;
+  Tensor acc = partition_fragment_C(tiled_mma, Shape<Int<Traits::kBlockM>, Int<Traits::kBlockN>>{});
+  clear(acc);
+  return acc;
+}
+
+// The ready counter a GEMM0 tile signals, or a GEMM1 split waits on.
+__device__ __forceinline__ int ready_index(const GemmPairParams& p, int m_block, int split) {
+  return p.tile_sync ? m_block * p.splits + split : m_block;
+}
+
+template <typename Traits>
+__device__ __forceinline__ void gemm0_tile(const GemmPairParams& p, int m_block, int tile_n, char* smem) {
+  using Element = typename Traits::Element;
+  const int row0 = m_block * Traits::kBlockM, rows = min(Traits::kBlockM, p.m - row0);
+  const int col0 = tile_n * Traits::kBlockN, cols = min(Traits::kBlockN, p.n0 - col0);
+  auto acc = make_accumulators<Traits>();
+  mainloop<Traits>(acc, static_cast<const Element*>(p.a) + row0 * p.lda, p.lda, rows,
+                   static_cast<const Element*>(p.b0) + static_cast<int64_t>(col0) * p.k, p.k, cols, p.k, smem, [] {});
+  store_h<Traits>(stage_accumulators<Traits>(acc, smem), p, row0, rows, tile_n);
+  const int h_per_tile = p.activation == static_cast<int>(Activation::kSwiGLU) ? Traits::kBlockN / 2 : Traits::kBlockN;
+  signal(p.ready + ready_index(p, m_block, tile_n * h_per_tile / p.split_k1));
+}
+
+template <typename Traits>
+__device__ __forceinline__ void gemm1_tile(const GemmPairParams& p, int m_block, int tile_n, int split, char* smem) {
+  using Element = typename Traits::Element;
+  const int row0 = m_block * Traits::kBlockM, rows = min(Traits::kBlockM, p.m - row0);
+  const int col0 = tile_n * Traits::kBlockN, cols = min(Traits::kBlockN, p.n1 - col0);
+  const int k0 = split * p.split_k1, k_len = min(p.split_k1, p.h_width - k0);
+  int target = p.n0_tiles;  // row granularity: every GEMM0 tile of the row block
+  if (p.tile_sync) {
+    const int h_per_tile = p.activation == static_cast<int>(Activation::kSwiGLU) ? Traits::kBlockN / 2 : Traits::kBlockN;
+    target = (min(k0 + p.split_k1, p.h_width) + h_per_tile - 1) / h_per_tile - k0 / h_per_tile;
+  }
+  const int* ready = p.ready + ready_index(p, m_block, split);
+  auto acc = make_accumulators<Traits>();
+  mainloop<Traits>(acc, static_cast<const Element*>(p.h) + static_cast<int64_t>(row0) * p.h_width + k0, p.h_width, rows,
+                   static_cast<const Element*>(p.b1) + static_cast<int64_t>(col0) * p.h_width + k0, p.h_width, cols,
+                   k_len, smem, [&] {
+                     if (p.wait) wait_until(ready, target);
+                   });
+  const float* sC = stage_accumulators<Traits>(acc, smem);
+  if (p.splits == 1) {
+    store_out<Traits>(sC, p, row0, rows, tile_n);
+  } else {
+    store_partial_and_reduce<Traits>(sC, p, m_block, row0, rows, tile_n, split);
+  }
+}
+
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads) gemm_pair_kernel(const __grid_constant__ GemmPairParams p) {
+  extern __shared__ __align__(128) char smem[];
+  __shared__ int4 tile;
+  if (threadIdx.x == 0) tile = p.order[atomicAdd(p.ticket, 1)];
+  __syncthreads();
+  const int4 t = tile;  // (gemm, m block, n tile, K-split)
+  if (t.x == 0) {
+    gemm0_tile<Traits>(p, t.y, t.z, smem);
+  } else {
+    gemm1_tile<Traits>(p, t.y, t.z, t.w, smem);
+  }
+}
+
+}  // namespace cute_ops::gemm_pair

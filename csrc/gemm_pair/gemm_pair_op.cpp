@@ -1,0 +1,176 @@
+// Torch glue for gemm_pair: checks, the tile config and K-split choice, the order table (built
+// once per shape and device, then cached on the device), per-call workspace, launch, registration.
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "common/device_info.h"
+#include "common/torch_utils.h"
+#include "gemm_pair/gemm_pair.h"
+#include "gemm_pair/tile_order.h"
+
+namespace cute_ops {
+
+namespace {
+
+using gemm_pair::Activation;
+using gemm_pair::Geometry;
+using gemm_pair::Policy;
+
+constexpr const char* kOp = "gemm_pair";
+
+// CTAs of one config that fit an SM (shared memory: 72 / 96 / 96 KB of 228 KB), for the K-split
+// and the overlap policy's lag.
+int ctas_per_sm(int block_m) { return block_m == 16 ? 3 : 2; }
+
+int auto_block_m(int64_t m) { return m <= 16 ? 16 : m <= 64 ? 64 : 128; }
+
+// GEMM1 has n1 / 128 output tiles a row block (32 for LLaMA-3-8B): at decode sizes too few to
+// fill the GPU, so it is split along K until its tiles alone fill about one wave of CTA slots,
+// but no split narrower than 256 h columns.
+int64_t auto_split_k1(const Geometry& g, int64_t slots) {
+  const int64_t tiles = g.m_blocks() * g.n1_tiles();
+  if (tiles >= slots) return 0;
+  const int64_t per_tile = g.h_cols_per_tile0();
+  const int64_t splits = std::min(gemm_pair::ceil_div(slots, tiles), std::max<int64_t>(1, g.h_width() / 256));
+  if (splits <= 1) return 0;
+  return gemm_pair::ceil_div(gemm_pair::ceil_div(g.h_width(), splits), per_tile) * per_tile;
+}
+
+// Order tables live on the device for the life of the process, one per (device, geometry,
+// policy): building and uploading one is a host loop and a blocking copy, paid once.
+at::Tensor order_table(const Geometry& g, Policy policy, bool tile_sync, int64_t lag, const at::Device& device,
+                       cudaStream_t stream) {
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, int, int64_t, int, bool, int64_t>;
+  static auto* cache = new std::map<Key, at::Tensor>();  // never destroyed: outlives the CUDA context
+  static std::mutex mutex;
+  const Key key{device.index(), g.m_blocks(), g.n0, g.n1, g.gated, g.block_m, g.split_k1,
+                static_cast<int>(policy), tile_sync, policy == Policy::kOverlap ? lag : 0};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache->find(key); it != cache->end()) return it->second;
+
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &capture), "gemm_pair capture status");
+  TORCH_CHECK(capture == cudaStreamCaptureStatusNone, kOp,
+              ": the first call for a shape builds and uploads its tile order, which cannot happen during CUDA "
+              "graph capture; call it once with the same shapes and policy before capturing");
+  const std::vector<gemm_pair::Entry> order = gemm_pair::build_order(g, policy, tile_sync, lag);
+  at::Tensor table = at::empty({static_cast<int64_t>(order.size()), 4}, at::TensorOptions().dtype(at::kInt).device(device));
+  check_cuda(cudaMemcpyAsync(table.data_ptr(), order.data(), order.size() * sizeof(gemm_pair::Entry),
+                             cudaMemcpyHostToDevice, stream),
+             "gemm_pair order upload");
+  // Other streams may use the cached table next; this one-time wait makes it safe for them.
+  check_cuda(cudaStreamSynchronize(stream), "gemm_pair order upload");
+  cache->emplace(key, table);
+  return table;
+}
+
+void check_operand(const at::Tensor& t, const at::Tensor& a, const char* name) {
+  check_cuda_tensor(t, kOp, name);
+  check_same_device(a, t, kOp, name);
+  TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, kOp, ": ", name,
+              " must be float16 or bfloat16, got ", t.scalar_type());
+  TORCH_CHECK(t.scalar_type() == a.scalar_type(), kOp, ": ", name, " has dtype ", t.scalar_type(), ", a has ",
+              a.scalar_type());
+  TORCH_CHECK(t.dim() == 2, kOp, ": ", name, " must be 2-D, got shape ", t.sizes());
+  check_aligned(t, 16, kOp, name);
+}
+
+at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::Tensor& b1,
+                          const std::string& activation, const std::string& policy, const std::string& granularity,
+                          int64_t split_k1, int64_t block_m, int64_t lag, bool separate_launches) {
+  check_operand(a, a, "a");
+  check_operand(b0, a, "b0");
+  check_operand(b1, a, "b1");
+  const Activation act = gemm_pair::parse_activation(activation);
+  const Policy pol = gemm_pair::parse_policy(policy);
+  const bool tile_sync = gemm_pair::parse_granularity(granularity);
+  const int64_t m = a.size(0), k = a.size(1), n0 = b0.size(0), n1 = b1.size(0);
+  const bool gated = act == Activation::kSwiGLU;
+  const int64_t h_width = gated ? n0 / 2 : n0;
+  TORCH_CHECK(a.stride(1) == 1 && (a.size(0) == 1 || a.stride(0) % 8 == 0), kOp,
+              ": a must have a contiguous last dim and a row stride that is a multiple of 8, got strides ",
+              a.strides());
+  TORCH_CHECK(b0.is_contiguous() && b1.is_contiguous(), kOp, ": b0 and b1 must be contiguous");
+  TORCH_CHECK(b0.size(1) == k, kOp, ": b0 is [n0, k] with a's k (", k, "), got ", b0.sizes());
+  TORCH_CHECK(k % 8 == 0 && k > 0, kOp, ": k must be a positive multiple of 8 (16-byte vectors), got ", k);
+  TORCH_CHECK(n0 > 0 && n0 % (gated ? 16 : 8) == 0, kOp, ": b0's rows (n0) must be a positive multiple of ",
+              gated ? "16 (swiglu: gate and up halves of a multiple of 8)" : "8", ", got ", n0);
+  TORCH_CHECK(b1.size(1) == h_width, kOp, ": b1 is [n1, ", h_width, "] (the width of act(a b0^T)), got ", b1.sizes());
+  TORCH_CHECK(n1 > 0 && n1 % 8 == 0, kOp, ": b1's rows (n1) must be a positive multiple of 8, got ", n1);
+  TORCH_CHECK(block_m == 0 || gemm_pair_supports_block_m(static_cast<int>(block_m)), kOp,
+              ": block_m must be 0 (automatic), 16, 64 or 128, got ", block_m);
+  TORCH_CHECK(m <= (int64_t{1} << 30) && k <= (int64_t{1} << 30) && n0 <= (int64_t{1} << 30) && n1 <= (int64_t{1} << 30),
+              kOp, ": sizes must fit in 32 bits");
+
+  at::Tensor out = at::empty({m, n1}, a.options());
+  if (m == 0) return out;
+  const c10::cuda::CUDAGuard guard(a.device());
+  const cudaStream_t stream = current_stream(a);
+
+  Geometry g;
+  g.m = m, g.n0 = n0, g.n1 = n1, g.gated = gated;
+  g.block_m = block_m ? static_cast<int>(block_m) : auto_block_m(m);
+  g.block_n0 = g.block_n1 = kGemmPairBlockN;
+  const int64_t slots = int64_t{device_info(a.device().index()).sms} * ctas_per_sm(g.block_m);
+  g.split_k1 = split_k1 < 0 ? auto_split_k1(g, slots) : split_k1;
+  if (g.split_k1 >= h_width) g.split_k1 = 0;  // one split
+  TORCH_CHECK(g.split_k1 % g.h_cols_per_tile0() == 0, kOp, ": split_k1 must be -1 (automatic), 0 (no split) or a "
+              "multiple of the ", g.h_cols_per_tile0(), " h columns a GEMM0 tile makes, got ", split_k1);
+  const int64_t lag_used = lag < 0 ? slots : lag;
+  // The two-launch control runs the sequential order's GEMM0 part, then its GEMM1 part.
+  const at::Tensor order =
+      order_table(g, separate_launches ? Policy::kSequential : pol, tile_sync, lag_used, a.device(), stream);
+
+  const int64_t splits = g.splits();
+  const int64_t n_ready = g.m_blocks() * (tile_sync ? splits : 1);
+  const int64_t n_arrived = splits > 1 ? g.m_blocks() * g.n1_tiles() : 0;
+  at::Tensor counters = at::empty({2 + n_ready + n_arrived}, a.options().dtype(at::kInt));
+  // Zeroed in the stream (a memset node in a CUDA graph), so every launch and replay starts fresh.
+  check_cuda(cudaMemsetAsync(counters.data_ptr(), 0, counters.numel() * sizeof(int), stream), "gemm_pair counters");
+  at::Tensor h = at::empty({m, h_width}, a.options());
+  at::Tensor partials;
+  if (splits > 1) partials = at::empty({splits, m, n1}, a.options().dtype(at::kFloat));
+
+  GemmPairParams p{};
+  p.a = a.data_ptr(), p.b0 = b0.data_ptr(), p.b1 = b1.data_ptr(), p.h = h.data_ptr(), p.out = out.data_ptr();
+  p.partials = splits > 1 ? partials.data_ptr<float>() : nullptr;
+  p.order = reinterpret_cast<const int4*>(order.data_ptr<int>());
+  int* c = counters.data_ptr<int>();
+  p.ticket = c, p.ready = c + 2, p.arrived = c + 2 + n_ready;
+  p.lda = a.stride(0);
+  p.m = static_cast<int>(m), p.k = static_cast<int>(k), p.n0 = static_cast<int>(n0), p.n1 = static_cast<int>(n1);
+  p.h_width = static_cast<int>(h_width);
+  p.num_tiles = static_cast<int>(g.num_tiles());
+  p.n0_tiles = static_cast<int>(g.n0_tiles()), p.n1_tiles = static_cast<int>(g.n1_tiles());
+  p.splits = static_cast<int>(splits), p.split_k1 = static_cast<int>(g.k1_cols());
+  p.activation = static_cast<int>(act);
+  p.tile_sync = tile_sync;
+  p.is_bf16 = a.scalar_type() == at::kBFloat16;
+  p.wait = true;
+  if (!separate_launches) {
+    run_gemm_pair(p, g.block_m, stream);
+    return out;
+  }
+  // The same tiles as two launches ordered by the stream: what the fused launch is measured against.
+  const int gemm0_tiles = static_cast<int>(g.m_blocks() * g.n0_tiles());
+  GemmPairParams first = p;
+  first.num_tiles = gemm0_tiles;
+  run_gemm_pair(first, g.block_m, stream);
+  GemmPairParams second = p;
+  second.order = p.order + gemm0_tiles;
+  second.num_tiles = p.num_tiles - gemm0_tiles;
+  second.ticket = c + 1;
+  second.wait = false;
+  run_gemm_pair(second, g.block_m, stream);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(cute_ops, CUDA, m) { m.impl("gemm_pair", &gemm_pair_cuda); }
+
+}  // namespace cute_ops

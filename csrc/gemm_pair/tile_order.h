@@ -1,0 +1,118 @@
+#pragma once
+// The tile order of gemm_pair, built on the host: which GEMM, tile and K-split each ticket names.
+// This is the C++ twin of cute_ops/gemm_pair_schedule.py (the tested model, with the policies'
+// rationale); tests/test_gemm_pair_schedule.py checks that both build the same table for every
+// policy, granularity and shape it covers. Host code only: torch_bindings.cpp exposes it to the
+// CPU build as `gemm_pair_order`, and the CUDA op uploads it once per shape.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cute_ops::gemm_pair {
+
+enum class Policy : int { kSequential = 0, kRowInterleaved = 1, kOverlap = 2 };
+enum class Activation : int { kSwiGLU = 0, kGeLU = 1, kNone = 2 };
+
+inline Policy parse_policy(const std::string& s) {
+  if (s == "sequential") return Policy::kSequential;
+  if (s == "row_interleaved") return Policy::kRowInterleaved;
+  if (s == "overlap") return Policy::kOverlap;
+  throw std::invalid_argument("gemm_pair: policy must be \"sequential\", \"row_interleaved\" or \"overlap\", got \"" +
+                              s + "\"");
+}
+
+// Returns true for "tile" granularity, false for "row".
+inline bool parse_granularity(const std::string& s) {
+  if (s == "tile") return true;
+  if (s == "row") return false;
+  throw std::invalid_argument("gemm_pair: granularity must be \"row\" or \"tile\", got \"" + s + "\"");
+}
+
+inline Activation parse_activation(const std::string& s) {
+  if (s == "swiglu") return Activation::kSwiGLU;
+  if (s == "gelu") return Activation::kGeLU;
+  if (s == "none") return Activation::kNone;
+  throw std::invalid_argument("gemm_pair: activation must be \"swiglu\", \"gelu\" or \"none\", got \"" + s + "\"");
+}
+
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Tile counts of one launch (the Python model's Schedule properties).
+struct Geometry {
+  int64_t m = 0, n0 = 0, n1 = 0;
+  bool gated = true;
+  int block_m = 64, block_n0 = 128, block_n1 = 128;
+  int64_t split_k1 = 0;  // h columns a GEMM1 split reads; 0: not split
+
+  int64_t h_width() const { return gated ? n0 / 2 : n0; }
+  int h_cols_per_tile0() const { return gated ? block_n0 / 2 : block_n0; }
+  int64_t m_blocks() const { return ceil_div(m, block_m); }
+  int64_t n0_tiles() const { return ceil_div(h_width(), h_cols_per_tile0()); }
+  int64_t n1_tiles() const { return ceil_div(n1, block_n1); }
+  int64_t k1_cols() const { return split_k1 > 0 ? split_k1 : h_width(); }
+  int64_t splits() const { return ceil_div(h_width(), k1_cols()); }
+  int64_t num_tiles() const { return m_blocks() * (n0_tiles() + n1_tiles() * splits()); }
+  // GEMM0 tiles [first, last) produce the h columns split s reads.
+  int64_t first_producer(int64_t s) const { return s * k1_cols() / h_cols_per_tile0(); }
+  int64_t last_producer(int64_t s) const {
+    return ceil_div(std::min((s + 1) * k1_cols(), h_width()), h_cols_per_tile0());
+  }
+
+  void validate() const {
+    if (m < 1 || n0 < 1 || n1 < 1 || (gated && n0 % 2)) throw std::invalid_argument("gemm_pair: bad shape");
+    if (split_k1 < 0 || split_k1 % h_cols_per_tile0()) {
+      throw std::invalid_argument("gemm_pair: split_k1 must be 0 (no split) or a positive multiple of the " +
+                                  std::to_string(h_cols_per_tile0()) + " h columns a GEMM0 tile makes, got " +
+                                  std::to_string(split_k1));
+    }
+  }
+};
+
+using Entry = std::array<int32_t, 4>;  // (gemm, m block, n tile, K-split)
+
+// The order of `policy` (see make_schedule in gemm_pair_schedule.py). Overlap needs tile
+// granularity: at row granularity a split would wait for GEMM0 tiles ordered after it.
+inline std::vector<Entry> build_order(const Geometry& g, Policy policy, bool tile_sync, int64_t lag) {
+  g.validate();
+  if (policy == Policy::kOverlap && !tile_sync) {
+    throw std::invalid_argument("gemm_pair: the \"overlap\" policy needs granularity \"tile\"");
+  }
+  if (lag < 0) throw std::invalid_argument("gemm_pair: lag must be >= 0");
+  std::vector<Entry> order;
+  order.reserve(static_cast<size_t>(g.num_tiles()));
+  const int64_t n0t = g.n0_tiles(), n1t = g.n1_tiles(), splits = g.splits();
+  auto g0 = [&](int64_t m) {
+    for (int64_t j = 0; j < n0t; ++j) order.push_back({0, int32_t(m), int32_t(j), 0});
+  };
+  auto g1 = [&](int64_t m, int64_t s) {
+    for (int64_t n = 0; n < n1t; ++n) order.push_back({1, int32_t(m), int32_t(n), int32_t(s)});
+  };
+  if (policy == Policy::kSequential) {
+    for (int64_t m = 0; m < g.m_blocks(); ++m) g0(m);
+    for (int64_t m = 0; m < g.m_blocks(); ++m)
+      for (int64_t s = 0; s < splits; ++s) g1(m, s);
+  } else if (policy == Policy::kRowInterleaved) {
+    for (int64_t m = 0; m < g.m_blocks(); ++m) {
+      g0(m);
+      for (int64_t s = 0; s < splits; ++s) g1(m, s);
+    }
+  } else {
+    for (int64_t m = 0; m < g.m_blocks(); ++m) {
+      int64_t next_split = 0;
+      for (int64_t j = 0; j < n0t; ++j) {
+        order.push_back({0, int32_t(m), int32_t(j), 0});
+        const int64_t emitted = j + 1;
+        while (next_split < splits && emitted >= std::min(n0t, g.last_producer(next_split) + lag)) {
+          g1(m, next_split++);
+        }
+      }
+      while (next_split < splits) g1(m, next_split++);
+    }
+  }
+  return order;
+}
+
+}  // namespace cute_ops::gemm_pair

@@ -1,0 +1,40 @@
+#pragma once
+// Inter-CTA signals of gemm_pair (docs/gemm_pair.md, "Dependencies and their signals"). A
+// producer CTA's stores are published by a barrier, then one thread's release increment: the
+// release is cumulative, so it orders every store the barrier made visible to that thread. A
+// consumer's one thread spins with acquire loads, then a barrier extends the order to the CTA.
+// Consumers read the published data with L1-bypassing loads (cp.async.cg, ld.global.cg).
+
+namespace cute_ops::gemm_pair {
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void add_release(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ int fetch_add_acq_rel(int* p, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
+// Called by every thread of the CTA after its last store of the data being published.
+__device__ __forceinline__ void signal(int* counter) {
+  __syncthreads();
+  if (threadIdx.x == 0) add_release(counter, 1);
+}
+
+// Called by every thread: returns once `*counter >= target`, with the producers' stores visible.
+__device__ __forceinline__ void wait_until(const int* counter, int target) {
+  if (threadIdx.x == 0) {
+    while (load_acquire(counter) < target) __nanosleep(32);
+  }
+  __syncthreads();
+}
+
+}  // namespace cute_ops::gemm_pair
