@@ -24,6 +24,9 @@ class Case:
     bytes: int | None = None   # fewest bytes the op must move (read + written)
     flops: int | None = None
     impls: tuple[str, ...] = ("ours", "torch_eager", "torch_compile")
+    # Implementations timed as eager back-to-back calls instead of graph replays (launch costs
+    # included, as a model running without CUDA graphs pays them).
+    eager: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -71,6 +74,20 @@ def time_graph_us(graph: torch.cuda.CUDAGraph) -> float:
     return times[len(times) // 2]
 
 
+def time_eager_us(fns: list[Callable[[], object]], calls: int) -> float:
+    """Median over REPLAYS of `calls` back-to-back eager calls (cycling over `fns`), per call."""
+    times = []
+    for _ in range(REPLAYS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(calls):
+            fns[i % len(fns)]()
+        end.record()
+        end.synchronize()
+        times.append(1e3 * start.elapsed_time(end) / calls)
+    return sorted(times)[len(times) // 2]
+
+
 def time_case(case: Case) -> tuple[dict[str, float], dict[str, str]]:
     """Time every implementation of `case` (ours and baselines) the same way; returns
     ({name: us per call}, {name: how it was timed})."""
@@ -86,6 +103,10 @@ def time_case(case: Case) -> tuple[dict[str, float], dict[str, str]]:
                 for fn in fns:
                     fn()
         torch.cuda.current_stream().wait_stream(side)
+        if name in case.eager:
+            times[name] = time_eager_us(fns, calls)
+            how[name] = f"eager, {calls} back-to-back calls over {len(fns)} sets"
+            continue
         try:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):

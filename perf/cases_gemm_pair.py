@@ -1,0 +1,53 @@
+"""Benchmark cases for the gemm_pair family: the LLaMA-3-8B MLP (H 4096, I 14336, bf16) at M rows
+(tokens), as fused_mlp against cuBLAS through torch (gate and up merged into one [2I, H] matmul,
+silu * up, down matmul: two matmuls and one elementwise kernel), CUDA-graph replayed and eager.
+Our other settings run as variants ("ours_*"): every policy, row granularity, and the same tiles
+as two stream-ordered launches (the control for what the one-launch scheduler gains). Bytes =
+the weights (each call streams all 352 MB of them), so TB/s is the weight read rate."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import cute_ops
+from harness import Case
+
+HIDDEN, INTER = 4096, 14336
+M_SIZES = [1, 16, 64, 128, 512, 2048, 8192]
+
+
+def _mlp_case(m: int) -> Case:
+    dtype = torch.bfloat16
+
+    def setup():
+        x = torch.randn(m, HIDDEN, device="cuda", dtype=dtype)
+        w_gate, w_up = [(torch.randn(INTER, HIDDEN, device="cuda") / HIDDEN**0.5).to(dtype) for _ in range(2)]
+        w_down = (torch.randn(HIDDEN, INTER, device="cuda") / INTER**0.5).to(dtype)
+        w_gate_up = torch.cat([w_gate, w_up])  # the merged projection inference engines use with cuBLAS
+        packed = cute_ops.pack_gate_up(w_gate, w_up)
+        del w_gate, w_up
+
+        def cublas():
+            gu = F.linear(x, w_gate_up)
+            return F.linear(F.silu(gu[:, :INTER]) * gu[:, INTER:], w_down)
+
+        return {
+            "ours": lambda: cute_ops.fused_mlp(x, packed, w_down),
+            "ours_sequential_row": lambda: cute_ops.fused_mlp(x, packed, w_down, granularity="row"),
+            "ours_row_interleaved": lambda: cute_ops.fused_mlp(x, packed, w_down, policy="row_interleaved"),
+            "ours_overlap": lambda: cute_ops.fused_mlp(x, packed, w_down, policy="overlap"),
+            "ours_two_launches": lambda: cute_ops.gemm_pair(x, packed, w_down, separate_launches=True),
+            "cublas_graph": cublas,
+            "cublas_eager": cublas,
+        }
+
+    weight_bytes = 3 * HIDDEN * INTER * 2
+    return Case("fused_mlp", "gemm_pair", {"M": m, "H": HIDDEN, "I": INTER}, dtype, setup,
+                bytes=weight_bytes + 2 * m * HIDDEN * 2, flops=6 * m * HIDDEN * INTER,
+                impls=("ours", "ours_sequential_row", "ours_row_interleaved", "ours_overlap", "ours_two_launches",
+                       "cublas_graph", "cublas_eager"),
+                eager=("cublas_eager",))
+
+
+def cases() -> list[Case]:
+    return [_mlp_case(m) for m in M_SIZES]
