@@ -17,7 +17,7 @@ BLOCK_MS = (16, 64, 128)
 GATE_BLOCK = 64
 
 
-def _check_args(op, a, b0, b1, activation, policy, granularity, split_k1, block_m, lag, pointers=True) -> None:
+def _check_args(op, a, b0, b1, activation, policy, granularity, split_k1, block_m, lag) -> None:
     _checks.check_tensor(op, "a", a, dtypes=DTYPES, ndim=2)
     for name, t in (("b0", b0), ("b1", b1)):
         _checks.check_tensor(op, name, t, dtypes=DTYPES, ndim=2)
@@ -61,9 +61,6 @@ def _check_args(op, a, b0, b1, activation, policy, granularity, split_k1, block_
         raise ValueError(f"{op}: block_m must be None (automatic) or one of {BLOCK_MS}, got {block_m}")
     if lag is not None and lag < 0:
         raise ValueError(f"{op}: lag must be None (automatic) or >= 0, got {lag}")
-    for name, t in (("a", a), ("b0", b0), ("b1", b1)):
-        if pointers and t.device.type == "cuda" and t.data_ptr() % 16:
-            raise ValueError(f"{op}: {name}'s data pointer must be 16-byte aligned (a view with an offset may not be)")
 
 
 def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: str = "swiglu",
@@ -158,5 +155,5 @@ if schemas_loaded():
     def _gemm_pair_fake(a, b0, b1, activation="swiglu", policy="sequential", granularity="tile", split_k1=-1,
                         block_m=0, lag=-1, separate_launches=False):
         _check_args("gemm_pair", a, b0, b1, activation, policy, granularity, None if split_k1 < 0 else split_k1,
-                    block_m or None, None if lag < 0 else lag, pointers=False)
+                    block_m or None, None if lag < 0 else lag)
         return a.new_empty((a.shape[0], b1.shape[0]))

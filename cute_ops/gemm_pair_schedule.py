@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 POLICIES = ("sequential", "row_interleaved", "overlap")
+GROUP_N = 8  # column tiles a "sequential" order sweeps over all row blocks before moving on
 GRANULARITIES = ("row", "tile")
 
 
@@ -147,7 +148,8 @@ def make_schedule(shape: PairShape, tiling: Tiling, policy: str, granularity: st
                   lag: int = 0) -> Schedule:
     """Builds and checks the order of `policy`:
 
-    - "sequential": every GEMM0 tile, then every GEMM1 tile (one launch, no overlap: the control).
+    - "sequential": every GEMM0 tile, then every GEMM1 tile (one launch, no overlap), each GEMM
+      in column groups of GROUP_N tiles swept over all row blocks (weights reused from L2).
     - "row_interleaved": row block by row block, GEMM0's tiles then GEMM1's, so that GEMM1 reads
       an h row block that is still in L2.
     - "overlap": for decode sizes (one or few row blocks), GEMM0 tiles in the order of the K-split
@@ -174,11 +176,17 @@ def make_schedule(shape: PairShape, tiling: Tiling, policy: str, granularity: st
     g1 = lambda m, k: [Tile(1, m, n, k) for n in range(s.n1_tiles)]  # noqa: E731
     order: list[Tile] = []
     if policy == "sequential":
-        for m in range(s.m_blocks):
-            order += g0(m)
-        for m in range(s.m_blocks):
-            for k in range(s.splits):
-                order += g1(m, k)
+        # Column groups of GROUP_N tiles, each swept over every row block: the group's weight
+        # tiles stay in L2 while all row blocks pass (row-major order would stream the whole
+        # weight matrix from DRAM once per row block). Splits come first in GEMM1, so that the
+        # first splits' producers, which finish first, are waited on first.
+        for j0 in range(0, s.n0_tiles, GROUP_N):
+            for m in range(s.m_blocks):
+                order += [Tile(0, m, j, 0) for j in range(j0, min(j0 + GROUP_N, s.n0_tiles))]
+        for k in range(s.splits):
+            for n0 in range(0, s.n1_tiles, GROUP_N):
+                for m in range(s.m_blocks):
+                    order += [Tile(1, m, n, k) for n in range(n0, min(n0 + GROUP_N, s.n1_tiles))]
     elif policy == "row_interleaved":
         for m in range(s.m_blocks):
             order += g0(m)

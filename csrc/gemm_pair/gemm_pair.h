@@ -33,5 +33,7 @@ constexpr int kGemmPairGateBlock = 64;     // pack_gate_up's interleave: 64 gate
 bool gemm_pair_supports_block_m(int block_m);
 
 void run_gemm_pair(const GemmPairParams& params, int block_m, cudaStream_t stream);
+// CTAs of the (block_m, dtype) config that fit on one SM of the current device.
+int gemm_pair_ctas_per_sm(int block_m, bool is_bf16);
 
 }  // namespace cute_ops

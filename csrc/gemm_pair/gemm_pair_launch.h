@@ -8,25 +8,33 @@ namespace cute_ops {
 
 namespace gemm_pair {
 
-// (block_m, block_n, block_k, stages, warps along M x N). block_m 16 and 64 serve decode-sized M,
-// where tiles stream weights and the pipeline depth (bytes in flight an SM) is what counts:
-// 16 x 128: 18 KB a stage, 4 stages, 3 CTAs an SM; 64 x 128: 24 KB a stage, 4 stages, 2 CTAs an
-// SM. block_m 128 (2 x 2 warps of 64 x 64) serves the compute-bound large M.
+// (block_m, block_n, block_k, stages, warps along M x N, L2 prefetch bytes), measured on an H100
+// (docs/perf-notes.md, gemm_pair). block_m 16 and 64 serve decode-sized M, where tiles stream
+// weights: what counts is the DRAM access pattern and the bytes in flight. A 256-byte L2 prefetch
+// (block_m 16) or 128-wide K tiles (block_m 64) read each weight row in 256-byte runs: 5-14% faster
+// than 128-byte runs; deeper rings (6 stages) were slower. block_m 128 (2 x 2 warps of 64 x 64)
+// serves the compute-bound large M; 8 warps or 4 stages were 20-30% slower there.
 template <int kBlockM, typename Element>
 struct TileConfig;
-template <typename E> struct TileConfig<16, E> { using type = GemmPairTraits<16, kGemmPairBlockN, 64, 4, 1, 4, E>; };
-template <typename E> struct TileConfig<64, E> { using type = GemmPairTraits<64, kGemmPairBlockN, 64, 4, 2, 2, E>; };
+template <typename E> struct TileConfig<16, E> { using type = GemmPairTraits<16, kGemmPairBlockN, 64, 4, 1, 4, E, 256>; };
+template <typename E> struct TileConfig<64, E> { using type = GemmPairTraits<64, kGemmPairBlockN, 128, 3, 2, 2, E, 256>; };
 template <typename E> struct TileConfig<128, E> { using type = GemmPairTraits<128, kGemmPairBlockN, 64, 3, 2, 2, E>; };
 
 template <typename Traits>
-void launch_gemm_pair(const GemmPairParams& p, cudaStream_t stream) {
+auto prepared_kernel() {
   constexpr int kSmem = Traits::kSmemBytes;
   auto kernel = &gemm_pair_kernel<Traits>;
   if constexpr (kSmem > 48 * 1024) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                "gemm_pair shared memory");
   }
-  kernel<<<p.num_tiles, Traits::kNThreads, kSmem, stream>>>(p);
+  return kernel;
+}
+
+template <typename Traits>
+void launch_gemm_pair(const GemmPairParams& p, cudaStream_t stream) {
+  auto kernel = prepared_kernel<Traits>();
+  kernel<<<p.num_tiles, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
   CUTE_OPS_CHECK_LAUNCH("gemm_pair launch");
 }
 
@@ -35,6 +43,17 @@ void launch_gemm_pair(const GemmPairParams& p, cudaStream_t stream) {
 template <typename Element, int kBlockM>
 void run_gemm_pair_(const GemmPairParams& p, cudaStream_t stream) {
   gemm_pair::launch_gemm_pair<typename gemm_pair::TileConfig<kBlockM, Element>::type>(p, stream);
+}
+
+// CTAs of this config that fit on one SM of the current device.
+template <typename Element, int kBlockM>
+int gemm_pair_ctas_per_sm_() {
+  using Traits = typename gemm_pair::TileConfig<kBlockM, Element>::type;
+  int ctas = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, gemm_pair::prepared_kernel<Traits>(),
+                                                           Traits::kNThreads, Traits::kSmemBytes),
+             "gemm_pair occupancy");
+  return ctas;
 }
 
 }  // namespace cute_ops

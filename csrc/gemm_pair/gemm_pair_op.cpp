@@ -3,6 +3,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -22,9 +24,18 @@ using gemm_pair::Policy;
 
 constexpr const char* kOp = "gemm_pair";
 
-// CTAs of one config that fit an SM (shared memory: 72 / 96 / 96 KB of 228 KB), for the K-split
-// and the overlap policy's lag.
-int ctas_per_sm(int block_m) { return block_m == 16 ? 3 : 2; }
+// CTAs of a config that fit on an SM, for the K-split and the overlap policy's lag: an occupancy
+// query, made once per (config, dtype) (every device here is one architecture).
+int ctas_per_sm(int block_m, bool is_bf16) {
+  static std::array<std::atomic<int>, 8> cache{};
+  const int slot = (block_m == 16 ? 0 : block_m == 64 ? 1 : 2) * 2 + is_bf16;
+  int v = cache[slot].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = std::max(1, gemm_pair_ctas_per_sm(block_m, is_bf16));
+    cache[slot].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
 
 int auto_block_m(int64_t m) { return m <= 16 ? 16 : m <= 64 ? 64 : 128; }
 
@@ -115,7 +126,8 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   g.m = m, g.n0 = n0, g.n1 = n1, g.gated = gated;
   g.block_m = block_m ? static_cast<int>(block_m) : auto_block_m(m);
   g.block_n0 = g.block_n1 = kGemmPairBlockN;
-  const int64_t slots = int64_t{device_info(a.device().index()).sms} * ctas_per_sm(g.block_m);
+  const int64_t slots =
+      int64_t{device_info(a.device().index()).sms} * ctas_per_sm(g.block_m, a.scalar_type() == at::kBFloat16);
   g.split_k1 = split_k1 < 0 ? auto_split_k1(g, slots) : split_k1;
   if (g.split_k1 >= h_width) g.split_k1 = 0;  // one split
   TORCH_CHECK(g.split_k1 % g.h_cols_per_tile0() == 0, kOp, ": split_k1 must be -1 (automatic), 0 (no split) or a "

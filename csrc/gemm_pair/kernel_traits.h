@@ -12,9 +12,44 @@
 
 namespace cute_ops::gemm_pair {
 
+// cp.async.cg (L2 only: h is written by other CTAs during the launch, so L1 must never serve it)
+// with an L2 prefetch of kPrefetch bytes around each 16-byte chunk. A weight row is read 128 bytes
+// (one 64-element K tile) at a time; prefetching 256 makes every other K tile an L2 hit and
+// doubles the run of a DRAM page read at once.
+template <int kPrefetch>
+struct CpAsyncCg {
+  using SRegisters = cute::uint128_t[1];
+  using DRegisters = cute::uint128_t[1];
+  CUTE_HOST_DEVICE static void copy(cute::uint128_t const& gmem_src, cute::uint128_t& smem_dst) {
+#if defined(CUTE_ARCH_CP_ASYNC_SM80_ENABLED)
+    const uint32_t smem = cute::cast_smem_ptr_to_uint(&smem_dst);
+    if constexpr (kPrefetch == 256) {
+      asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(smem), "l"(&gmem_src));
+    } else {
+      asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(smem), "l"(&gmem_src));
+    }
+#endif
+  }
+};
+
+}  // namespace cute_ops::gemm_pair
+
+namespace cute {
+template <int kPrefetch>
+struct Copy_Traits<cute_ops::gemm_pair::CpAsyncCg<kPrefetch>> {
+  using ThrID = Layout<_1>;
+  using SrcLayout = Layout<Shape<_1, _128>>;  // one 128-bit chunk
+  using DstLayout = Layout<Shape<_1, _128>>;
+  using RefLayout = SrcLayout;
+};
+}  // namespace cute
+
+namespace cute_ops::gemm_pair {
+
 using namespace cute;
 
-template <int kBlockM_, int kBlockN_, int kBlockK_, int kStages_, int kWarpsM_, int kWarpsN_, typename Element_>
+template <int kBlockM_, int kBlockN_, int kBlockK_, int kStages_, int kWarpsM_, int kWarpsN_, typename Element_,
+          int kL2Prefetch = 128>
 struct GemmPairTraits {
   using Element = Element_;  // cutlass::half_t or cutlass::bfloat16_t
   static constexpr int kBlockM = kBlockM_;
@@ -23,7 +58,7 @@ struct GemmPairTraits {
   static constexpr int kStages = kStages_;
   static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
   static constexpr int kNThreads = 32 * kWarpsM * kWarpsN;
-  static_assert(kBlockK == 64, "the swizzle below is for 64-element (128-byte) shared-memory rows");
+  static_assert(kBlockK % 64 == 0, "the swizzle below is for 64-element (128-byte) shared-memory rows");
 
   using MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
                                      MMA_Atom<SM80_16x8x16_F32F16F16F32_TN>, MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>>;
@@ -50,13 +85,12 @@ struct GemmPairTraits {
   static constexpr int kEpilogueBytes = kBlockM * kEpilogueLd * 4;
   static constexpr int kSmemBytes = std::max(kPipelineBytes, kEpilogueBytes);
 
-  // Global -> shared: 16 bytes a thread, 8 consecutive threads a 128-byte row, cp.async.cg (L2
-  // only: h is written by other CTAs during the launch, so L1 must never serve it).
+  // Global -> shared: 16 bytes a thread, consecutive threads along a row, cp.async.cg.
   static constexpr int kElemsPerLoad = 16 / sizeof(Element);
   static constexpr int kThreadsPerRow = kBlockK / kElemsPerLoad;
   using GmemLayoutAtom = Layout<Shape<Int<kNThreads / kThreadsPerRow>, Int<kThreadsPerRow>>,
                                 Stride<Int<kThreadsPerRow>, _1>>;
-  using GmemTiledCopy = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<cute::uint128_t>, Element>{},
+  using GmemTiledCopy = decltype(make_tiled_copy(Copy_Atom<CpAsyncCg<kL2Prefetch>, Element>{},
                                                  GmemLayoutAtom{}, Layout<Shape<_1, Int<kElemsPerLoad>>>{}));
   static_assert(kBlockM % (kNThreads / kThreadsPerRow) == 0, "a load pass must not straddle the A tile's end");
 };

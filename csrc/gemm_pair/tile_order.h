@@ -71,6 +71,8 @@ struct Geometry {
   }
 };
 
+constexpr int64_t kGroupN = 8;  // the "sequential" order's column group (GROUP_N in the model)
+
 using Entry = std::array<int32_t, 4>;  // (gemm, m block, n tile, K-split)
 
 // The order of `policy` (see make_schedule in gemm_pair_schedule.py). Overlap needs tile
@@ -91,9 +93,16 @@ inline std::vector<Entry> build_order(const Geometry& g, Policy policy, bool til
     for (int64_t n = 0; n < n1t; ++n) order.push_back({1, int32_t(m), int32_t(n), int32_t(s)});
   };
   if (policy == Policy::kSequential) {
-    for (int64_t m = 0; m < g.m_blocks(); ++m) g0(m);
-    for (int64_t m = 0; m < g.m_blocks(); ++m)
-      for (int64_t s = 0; s < splits; ++s) g1(m, s);
+    // Column groups swept over every row block: a group's weight tiles stay in L2 while all row
+    // blocks pass. GEMM1 goes split by split, so the earliest-ready splits come first.
+    for (int64_t j0 = 0; j0 < n0t; j0 += kGroupN)
+      for (int64_t m = 0; m < g.m_blocks(); ++m)
+        for (int64_t j = j0; j < std::min(j0 + kGroupN, n0t); ++j) order.push_back({0, int32_t(m), int32_t(j), 0});
+    for (int64_t s = 0; s < splits; ++s)
+      for (int64_t n0 = 0; n0 < n1t; n0 += kGroupN)
+        for (int64_t m = 0; m < g.m_blocks(); ++m)
+          for (int64_t n = n0; n < std::min(n0 + kGroupN, n1t); ++n)
+            order.push_back({1, int32_t(m), int32_t(n), int32_t(s)});
   } else if (policy == Policy::kRowInterleaved) {
     for (int64_t m = 0; m < g.m_blocks(); ++m) {
       g0(m);

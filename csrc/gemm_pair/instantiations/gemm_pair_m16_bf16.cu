@@ -3,4 +3,5 @@
 
 namespace cute_ops {
 template void run_gemm_pair_<cutlass::bfloat16_t, 16>(const GemmPairParams& params, cudaStream_t stream);
+template int gemm_pair_ctas_per_sm_<cutlass::bfloat16_t, 16>();
 }  // namespace cute_ops
