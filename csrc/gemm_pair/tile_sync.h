@@ -29,10 +29,24 @@ __device__ __forceinline__ void signal(int* counter) {
   if (threadIdx.x == 0) add_release(counter, 1);
 }
 
+__device__ __forceinline__ int load_relaxed(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // Called by every thread: returns once `*counter >= target`, with the producers' stores visible.
+// At decode sizes a few hundred consumer CTAs wait at once, while the producers stream weights:
+// they poll with relaxed loads and a backoff up to ~1 us (keeping the counters' L2 slices
+// quiet), and one acquire load, once the target is reached, orders what follows.
 __device__ __forceinline__ void wait_until(const int* counter, int target) {
   if (threadIdx.x == 0) {
-    while (load_acquire(counter) < target) __nanosleep(32);
+    unsigned sleep_ns = 64;
+    while (load_relaxed(counter) < target) {
+      __nanosleep(sleep_ns);
+      sleep_ns = min(sleep_ns * 2, 1024u);
+    }
+    (void)load_acquire(counter);
   }
   __syncthreads();
 }
