@@ -25,7 +25,23 @@ BASELINES = {
                    "(FlashAttention-2's code: the reference of the 'vs FA2' column unless flash_attn was measured)"),
     "sdpa_cudnn": "the same restricted to its cuDNN backend",
     "flash_attn": "`flash_attn_func` of the flash-attn package",
+    "cublas_graph": ("cuBLAS through `torch.nn.functional.linear`: the merged [2I, H] gate/up matmul, "
+                     "silu(gate) * up, the down matmul; CUDA-graph replayed"),
+    "cublas_eager": "the same, eager back-to-back calls (launch costs included)",
 }
+
+
+def variants_table(rows: list[dict]) -> str:
+    """Our other settings of the same op (policies, the two-launch control), as time and as the
+    default's speedup over them."""
+    names = sorted({v for r in rows for v in r.get("variants_us", {})})
+    head = ["shape", "ours us", *[f"{n} us" for n in names]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        v = r.get("variants_us", {})
+        lines.append("| " + " | ".join([fmt_shape(r["shape"]), f"{r['ours_us']:.1f}", *[
+            f"{v[n]:.1f} ({v[n] / r['ours_us']:.2f}x)" if n in v else "-" for n in names]]) + " |")
+    return "\n".join(lines)
 
 
 def fmt_shape(shape: dict) -> str:
@@ -142,6 +158,10 @@ def main() -> None:
     for family, rows in by_family.items():
         img = plot_family(family, rows, c, doc["device"])
         parts += [f"## {family}", "", family_table(rows), "", f"![{family}]({img.relative_to(DOCS)})", ""]
+        if any("variants_us" in r for r in rows):
+            parts += ["Our other settings (in parentheses: their time over the default's; `ours_two_launches` is "
+                      "the same tiles as two stream-ordered launches, the control for the one-launch scheduler):",
+                      "", variants_table(rows), ""]
     (DOCS / "benchmarks.md").write_text("\n".join(parts))
     print(f"wrote {DOCS / 'benchmarks.md'} and {len(by_family)} plot(s)")
 
