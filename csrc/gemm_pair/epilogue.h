@@ -38,6 +38,12 @@ __device__ __forceinline__ uint4 pack8(const float (&v)[8]) {
                     pack2<Element>(v[6], v[7]));
 }
 
+// Columns of h one GEMM0 tile makes: half its b0 rows when gated (gate and up), else all.
+template <typename Traits>
+__device__ __forceinline__ int h_cols_per_tile(const GemmPairParams& p) {
+  return p.activation == static_cast<int>(Activation::kSwiGLU) ? Traits::kBlockN / 2 : Traits::kBlockN;
+}
+
 // h[row0 + r, col0 + c] for the tile's valid rows. Gated: the tile holds `half` gate columns then
 // `half` up columns (half = 64, less in the last tile); otherwise `width` plain columns.
 template <typename Traits>
@@ -46,7 +52,7 @@ __device__ __forceinline__ void store_h(const float* sC, const GemmPairParams& p
   constexpr int kLd = Traits::kEpilogueLd;
   const Activation act = static_cast<Activation>(p.activation);
   const bool gated = act == Activation::kSwiGLU;
-  const int h_per_tile = gated ? Traits::kBlockN / 2 : Traits::kBlockN;
+  const int h_per_tile = h_cols_per_tile<Traits>(p);
   const int col0 = tile_n * h_per_tile;
   const int width = min(h_per_tile, p.h_width - col0);  // a multiple of 8 (h_width is)
   const int vecs_per_row = h_per_tile / 8;

@@ -55,7 +55,7 @@ __device__ __forceinline__ void gemm0_tile(const GemmPairParams& p, int m_block,
   mainloop<Traits>(acc, static_cast<const Element*>(p.a) + row0 * p.lda, p.lda, rows,
                    static_cast<const Element*>(p.b0) + static_cast<int64_t>(col0) * p.k, p.k, cols, p.k, smem, [] {});
   store_h<Traits>(stage_accumulators<Traits>(acc, smem), p, row0, rows, tile_n);
-  const int h_per_tile = p.activation == static_cast<int>(Activation::kSwiGLU) ? Traits::kBlockN / 2 : Traits::kBlockN;
+  const int h_per_tile = h_cols_per_tile<Traits>(p);
   signal(p.ready + ready_index(p, m_block, tile_n * h_per_tile / p.split_k1));
 }
 
@@ -67,7 +67,7 @@ __device__ __forceinline__ void gemm1_tile(const GemmPairParams& p, int m_block,
   const int k0 = split * p.split_k1, k_len = min(p.split_k1, p.h_width - k0);
   int target = p.n0_tiles;  // row granularity: every GEMM0 tile of the row block
   if (p.tile_sync) {
-    const int h_per_tile = p.activation == static_cast<int>(Activation::kSwiGLU) ? Traits::kBlockN / 2 : Traits::kBlockN;
+    const int h_per_tile = h_cols_per_tile<Traits>(p);
     target = (min(k0 + p.split_k1, p.h_width) + h_per_tile - 1) / h_per_tile - k0 / h_per_tile;
   }
   const int* ready = p.ready + ready_index(p, m_block, split);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "flash_fwd/kernel_traits.h"  // Sm80MmaAtom, SwizzledRows: the attention kernels' MMA and smem rows
 #include "gemm_pair/gemm_pair.h"
 
 namespace cute_ops::gemm_pair {
@@ -48,20 +49,19 @@ namespace cute_ops::gemm_pair {
 
 using namespace cute;
 
-template <int kBlockM_, int kBlockN_, int kBlockK_, int kStages_, int kWarpsM_, int kWarpsN_, typename Element_,
+template <int kBlockM_, int kBlockK_, int kStages_, int kWarpsM_, int kWarpsN_, typename Element_,
           int kL2Prefetch = 128>
 struct GemmPairTraits {
   using Element = Element_;  // cutlass::half_t or cutlass::bfloat16_t
   static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kBlockN = kGemmPairBlockN;  // fixed: pack_gate_up's layout depends on it
   static constexpr int kBlockK = kBlockK_;
   static constexpr int kStages = kStages_;
   static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
   static constexpr int kNThreads = 32 * kWarpsM * kWarpsN;
   static_assert(kBlockK % 64 == 0, "the swizzle below is for 64-element (128-byte) shared-memory rows");
 
-  using MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
-                                     MMA_Atom<SM80_16x8x16_F32F16F16F32_TN>, MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>>;
+  using MmaAtom = flash::Sm80MmaAtom<Element>;
   // Each warp covers 16 rows x 16 columns an MMA step (two n8 atoms side by side), the shape one
   // ldmatrix.x4 feeds for B.
   using TiledMma = TiledMMA<MmaAtom, Layout<Shape<Int<kWarpsM>, Int<kWarpsN>, _1>>,
@@ -69,7 +69,7 @@ struct GemmPairTraits {
   static_assert(kBlockM % (16 * kWarpsM) == 0 && kBlockN % (16 * kWarpsN) == 0);
 
   // 128-byte rows XOR-swizzled so that ldmatrix's 8 rows x 16 bytes hit 8 different bank groups.
-  using SmemLayoutAtom = decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_8, _64>, Stride<_64, _1>>{}));
+  using SmemLayoutAtom = typename flash::SwizzledRows<64>::Atom;
   using SmemLayoutA = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kBlockK>, Int<kStages>>{}));
   using SmemLayoutB = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockN>, Int<kBlockK>, Int<kStages>>{}));
   using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;

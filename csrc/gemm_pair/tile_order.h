@@ -55,8 +55,7 @@ struct Geometry {
   int64_t k1_cols() const { return split_k1 > 0 ? split_k1 : h_width(); }
   int64_t splits() const { return ceil_div(h_width(), k1_cols()); }
   int64_t num_tiles() const { return m_blocks() * (n0_tiles() + n1_tiles() * splits()); }
-  // GEMM0 tiles [first, last) produce the h columns split s reads.
-  int64_t first_producer(int64_t s) const { return s * k1_cols() / h_cols_per_tile0(); }
+  // GEMM0 tiles [s * k1_cols() / h_cols_per_tile0(), last) produce the h columns split s reads.
   int64_t last_producer(int64_t s) const {
     return ceil_div(std::min((s + 1) * k1_cols(), h_width()), h_cols_per_tile0());
   }
