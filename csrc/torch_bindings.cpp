@@ -16,13 +16,14 @@ namespace {
 // The tile order gemm_pair's kernel reads, as an int32 [tiles, 4] CPU tensor of (gemm, m block,
 // n tile, K-split): host code, so it is in every build, and tests compare it with the Python
 // model (cute_ops/gemm_pair_schedule.py).
-at::Tensor gemm_pair_order(int64_t m, int64_t n0, int64_t n1, const std::string& activation, const std::string& policy,
-                           const std::string& granularity, int64_t block_m, int64_t split_k1, int64_t lag) {
+at::Tensor gemm_pair_order(int64_t m, int64_t k, int64_t n0, int64_t n1, const std::string& activation,
+                           const std::string& policy, const std::string& granularity, int64_t block_m, int64_t split_k0,
+                           int64_t split_k1, int64_t lag) {
   using namespace cute_ops::gemm_pair;
   Geometry g;
-  g.m = m, g.n0 = n0, g.n1 = n1, g.gated = parse_activation(activation) == Activation::kSwiGLU;
+  g.m = m, g.k = k, g.n0 = n0, g.n1 = n1, g.gated = parse_activation(activation) == Activation::kSwiGLU;
   g.block_m = static_cast<int>(block_m);
-  g.split_k1 = split_k1;
+  g.split_k0 = split_k0, g.split_k1 = split_k1;
   TORCH_CHECK(block_m > 0, "gemm_pair_order: block_m must be positive");
   const std::vector<Entry> order = build_order(g, parse_policy(policy), parse_granularity(granularity), lag);
   at::Tensor t = at::empty({static_cast<int64_t>(order.size()), 4}, at::kInt);
@@ -75,14 +76,16 @@ TORCH_LIBRARY(cute_ops, m) {
   // (nn.Linear layout), fp16/bf16; k, n1 multiples of 8. activation "swiglu" (b0 from
   // pack_gate_up: h = silu(gate) * up, h = n0 / 2), "gelu" (erf) or "none" (h = n0). policy:
   // "sequential", "row_interleaved" or "overlap" (tile order); granularity "tile" or "row" (what a
-  // GEMM1 tile waits for). split_k1: h columns a GEMM1 split reads (-1 automatic, 0 no split);
+  // GEMM1 tile waits for). split_k0 / split_k1: K columns a GEMM0 split reads / h columns a GEMM1
+  // split reads (-1 automatic, 0 no split);
   // block_m: 0 automatic, 16, 64 or 128; lag: the overlap policy's (-1: the CTAs that fit at once).
   // separate_launches: the same tiles as two stream-ordered launches (the scheduler's control).
   m.def("gemm_pair(Tensor a, Tensor b0, Tensor b1, str activation=\"swiglu\", str policy=\"sequential\", "
-        "str granularity=\"tile\", int split_k1=-1, int block_m=0, int lag=-1, bool separate_launches=False) -> Tensor");
+        "str granularity=\"tile\", int split_k0=-1, int split_k1=-1, int block_m=0, int lag=-1, "
+        "bool separate_launches=False) -> Tensor");
   // The order table gemm_pair's kernel reads (host code, a CPU tensor), for tests and inspection.
-  m.def("gemm_pair_order(int m, int n0, int n1, str activation, str policy, str granularity, int block_m, "
-        "int split_k1, int lag) -> Tensor",
+  m.def("gemm_pair_order(int m, int k, int n0, int n1, str activation, str policy, str granularity, int block_m, "
+        "int split_k0, int split_k1, int lag) -> Tensor",
         &gemm_pair_order);
 }
 

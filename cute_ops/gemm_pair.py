@@ -17,7 +17,7 @@ BLOCK_MS = (16, 64, 128)
 GATE_BLOCK = 64
 
 
-def _check_args(op, a, b0, b1, activation, policy, granularity, split_k1, block_m, lag) -> None:
+def _check_args(op, a, b0, b1, activation, policy, granularity, split_k0, split_k1, block_m, lag) -> None:
     _checks.check_tensor(op, "a", a, dtypes=DTYPES, ndim=2)
     for name, t in (("b0", b0), ("b1", b1)):
         _checks.check_tensor(op, name, t, dtypes=DTYPES, ndim=2)
@@ -53,6 +53,8 @@ def _check_args(op, a, b0, b1, activation, policy, granularity, split_k1, block_
         raise ValueError(f"{op}: b1 must be [n1, {h_width}] (the width of act(a @ b0.T)), got {tuple(b1.shape)}")
     if n1 < 1 or n1 % 8:
         raise ValueError(f"{op}: b1's rows (n1) must be a positive multiple of 8, got {n1}")
+    if split_k0 is not None and (split_k0 < 0 or split_k0 % 8):
+        raise ValueError(f"{op}: split_k0 must be None (automatic), 0 (no split) or a multiple of 8, got {split_k0}")
     per_tile = GATE_BLOCK if gated else 2 * GATE_BLOCK
     if split_k1 is not None and (split_k1 < 0 or split_k1 % per_tile):
         raise ValueError(f"{op}: split_k1 must be None (automatic), 0 (no split) or a multiple of {per_tile} (the h "
@@ -64,8 +66,8 @@ def _check_args(op, a, b0, b1, activation, policy, granularity, split_k1, block_
 
 
 def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: str = "swiglu",
-              policy: str = "sequential", granularity: str = "tile", split_k1: int | None = None,
-              block_m: int | None = None, lag: int | None = None,
+              policy: str = "sequential", granularity: str = "tile", split_k0: int | None = None,
+              split_k1: int | None = None, block_m: int | None = None, lag: int | None = None,
               separate_launches: bool = False) -> torch.Tensor:
     """``act(a @ b0.T) @ b1.T`` as one kernel launch: the second GEMM's tiles start as soon as the
     first GEMM's tiles they read are done (no tail wave between the GEMMs, h read back from L2).
@@ -81,11 +83,16 @@ def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: s
             last producer). Results do not depend on it.
         granularity: what a GEMM1 tile waits for: ``"tile"`` (the GEMM0 tiles producing the h
             columns it reads) or ``"row"`` (every GEMM0 tile of its row block).
+        split_k0: columns of k each GEMM0 split reads: None picks (splits at decode sizes, where
+            GEMM0's tiles would fill only part of the CTA slots and crowd onto some SMs), 0 does
+            not split. The last split of a tile to finish sums the float32 partials in split order
+            and applies the activation.
         split_k1: h columns each GEMM1 split reads: None picks (splits at decode sizes, where GEMM1
             has too few output tiles to fill the GPU), 0 does not split. Partials are float32 and
             summed in split order, so results are deterministic.
         block_m: rows a tile: None picks 16, 64 or 128 from M.
-        lag: the overlap policy's distance, in GEMM0 tiles (None: the CTAs that fit at once).
+        lag: the overlap policy's distance, in GEMM0 tiles (None: the CTAs that fit at once,
+            divided by GEMM0's K-splits).
         separate_launches: run the same tiles as two launches, GEMM0's then GEMM1's, ordered by
             the stream instead of by flags: the control that isolates what the one-launch
             scheduler gains. ``policy`` is then ignored.
@@ -99,9 +106,10 @@ def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: s
     """
     lead = a.shape[:-1]
     a2 = a.reshape(-1, a.shape[-1]) if a.dim() != 2 else a
-    _check_args("gemm_pair", a2, b0, b1, activation, policy, granularity, split_k1, block_m, lag)
+    _check_args("gemm_pair", a2, b0, b1, activation, policy, granularity, split_k0, split_k1, block_m, lag)
     require_kernels("gemm_pair")
     out = torch.ops.cute_ops.gemm_pair(a2, b0, b1, activation, policy, granularity,
+                                       -1 if split_k0 is None else split_k0,
                                        -1 if split_k1 is None else split_k1, block_m or 0,
                                        -1 if lag is None else lag, separate_launches)
     return out.reshape(*lead, b1.shape[0])
@@ -139,7 +147,7 @@ def unpack_gate_up(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def fused_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, policy: str = "sequential",
-              granularity: str = "tile", split_k1: int | None = None) -> torch.Tensor:
+              granularity: str = "tile", split_k1: int | None = None, split_k0: int | None = None) -> torch.Tensor:
     """LLaMA's MLP, ``down(silu(gate(x)) * up(x))``, as one gemm_pair launch.
 
     Args:
@@ -147,13 +155,13 @@ def fused_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, po
         w_gate_up: ``pack_gate_up(w_gate, w_up)``, ``[2I, H]``.
         w_down: ``[H_out, I]`` (``nn.Linear`` layout).
     """
-    return gemm_pair(x, w_gate_up, w_down, "swiglu", policy, granularity, split_k1)
+    return gemm_pair(x, w_gate_up, w_down, "swiglu", policy, granularity, split_k0=split_k0, split_k1=split_k1)
 
 
 if schemas_loaded():
     @torch.library.register_fake("cute_ops::gemm_pair")
-    def _gemm_pair_fake(a, b0, b1, activation="swiglu", policy="sequential", granularity="tile", split_k1=-1,
-                        block_m=0, lag=-1, separate_launches=False):
-        _check_args("gemm_pair", a, b0, b1, activation, policy, granularity, None if split_k1 < 0 else split_k1,
-                    block_m or None, None if lag < 0 else lag)
+    def _gemm_pair_fake(a, b0, b1, activation="swiglu", policy="sequential", granularity="tile", split_k0=-1,
+                        split_k1=-1, block_m=0, lag=-1, separate_launches=False):
+        _check_args("gemm_pair", a, b0, b1, activation, policy, granularity, None if split_k0 < 0 else split_k0,
+                    None if split_k1 < 0 else split_k1, block_m or None, None if lag < 0 else lag)
         return a.new_empty((a.shape[0], b1.shape[0]))

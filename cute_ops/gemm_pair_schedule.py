@@ -27,7 +27,8 @@ GRANULARITIES = ("row", "tile")
 
 
 class Tile(NamedTuple):
-    """One unit of work: GEMM0 tile (gemm=0, m, n, split=0) or GEMM1 tile (gemm=1, m, n, split)."""
+    """One unit of work: a K-split of a GEMM0 tile (gemm=0, m, n, split) or of a GEMM1 tile
+    (gemm=1, m, n, split); split is 0 when that GEMM is not split."""
 
     gemm: int
     m: int
@@ -54,13 +55,18 @@ class PairShape:
 @dataclasses.dataclass(frozen=True)
 class Tiling:
     """Tile sizes: block_m rows for both GEMMs; block_n0 columns of b0 a GEMM0 tile (block_n0 / 2
-    columns of h when gated); block_n1 columns of the output a GEMM1 tile; split_k1 columns of h
-    (GEMM1's K) a GEMM1 split reads, a multiple of the h columns one GEMM0 tile produces."""
+    columns of h when gated); block_n1 columns of the output a GEMM1 tile; split_k0 columns of K
+    a GEMM0 split reads (a multiple of 8); split_k1 columns of h (GEMM1's K) a GEMM1 split reads,
+    a multiple of the h columns one GEMM0 tile produces.
+
+    A GEMM0 tile split along K is finished by whichever of its splits ends last (it sums the
+    float32 partials and writes h), so a consumer waits for every split of each producer tile."""
 
     block_m: int = 64
     block_n0: int = 128
     block_n1: int = 128
     split_k1: int | None = None  # None: GEMM1 is not split along K
+    split_k0: int | None = None  # None: GEMM0 is not split along K
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +100,14 @@ class Schedule:
         k = self.tiling.split_k1 or self.shape.h_width
         return math.ceil(self.shape.h_width / k)
 
+    @property
+    def splits0(self) -> int:
+        return math.ceil(self.shape.k / (self.tiling.split_k0 or self.shape.k))
+
     def producers(self, tile: Tile) -> list[Tile]:
-        """The GEMM0 tiles `tile` must wait for: at "row" granularity every GEMM0 tile of its row
-        block; at "tile" granularity only those producing the h columns its K-split reads."""
+        """The GEMM0 units `tile` must wait for (every K-split of each producer tile): at "row"
+        granularity every GEMM0 tile of its row block; at "tile" granularity only those producing
+        the h columns its K-split reads."""
         if tile.gemm == 0:
             return []
         if self.granularity == "row":
@@ -106,12 +117,13 @@ class Schedule:
             first = tile.split * k // self.h_cols_per_tile0
             last = min(self.n0_tiles, math.ceil(min((tile.split + 1) * k, self.shape.h_width) / self.h_cols_per_tile0))
             cols = range(first, last)
-        return [Tile(0, tile.m, j, 0) for j in cols]
+        return [Tile(0, tile.m, j, s) for j in cols for s in range(self.splits0)]
 
     def wait_count(self, tile: Tile) -> int:
-        """What the kernel's consumer compares its flag against: the number of producers that
-        signal the counter it waits on (per row block, or per (row block, K-split))."""
-        return len(self.producers(tile))
+        """What the kernel's consumer compares its flag against: the number of producer tiles (each
+        signals once, from its last split) on the counter it waits on (per row block, or per
+        (row block, K-split))."""
+        return len({(p.m, p.n) for p in self.producers(tile)})
 
     @property
     def table(self) -> list[list[int]]:
@@ -123,7 +135,7 @@ class Schedule:
 
 
 def _all_tiles(s: Schedule) -> set[Tile]:
-    g0 = {Tile(0, m, j, 0) for m in range(s.m_blocks) for j in range(s.n0_tiles)}
+    g0 = {Tile(0, m, j, k) for m in range(s.m_blocks) for j in range(s.n0_tiles) for k in range(s.splits0)}
     g1 = {Tile(1, m, n, k) for m in range(s.m_blocks) for n in range(s.n1_tiles) for k in range(s.splits)}
     return g0 | g1
 
@@ -148,6 +160,8 @@ def make_schedule(shape: PairShape, tiling: Tiling, policy: str, granularity: st
                   lag: int = 0) -> Schedule:
     """Builds and checks the order of `policy`:
 
+    Every policy places the K-splits of a GEMM0 tile at consecutive tickets (they run side by side).
+
     - "sequential": every GEMM0 tile, then every GEMM1 tile (one launch, no overlap), each GEMM
       in column groups of GROUP_N tiles swept over all row blocks (weights reused from L2).
     - "row_interleaved": row block by row block, GEMM0's tiles then GEMM1's, so that GEMM1 reads
@@ -155,8 +169,8 @@ def make_schedule(shape: PairShape, tiling: Tiling, policy: str, granularity: st
     - "overlap": for decode sizes (one or few row blocks), GEMM0 tiles in the order of the K-split
       that reads them, each split's GEMM1 tiles placed `lag` GEMM0 tiles after the split's last
       producer. A consumer that takes its ticket before its producers finish holds an SM while it
-      waits, so `lag` should be about the number of co-resident CTAs: by the time the consumer
-      starts, its producers started a wave earlier. Needs "tile" granularity: at "row"
+      waits, so `lag` should be about the number of co-resident CTAs (divided by GEMM0's K-splits):
+      by the time the consumer starts, its producers started a wave earlier. Needs "tile" granularity: at "row"
       granularity a split would wait for GEMM0 tiles ordered after it, which check_order rejects.
     """
     if policy not in POLICIES:
@@ -169,10 +183,13 @@ def make_schedule(shape: PairShape, tiling: Tiling, policy: str, granularity: st
         per_tile = tiling.block_n0 // 2 if shape.gated else tiling.block_n0
         if tiling.split_k1 < 1 or tiling.split_k1 % per_tile:
             raise ValueError(f"split_k1 must be a positive multiple of the {per_tile} h columns a GEMM0 tile makes")
+    if tiling.split_k0 is not None and (tiling.split_k0 < 1 or tiling.split_k0 % 8):
+        raise ValueError("split_k0 must be a positive multiple of 8")
     if lag < 0:
         raise ValueError("lag must be >= 0")
     s = Schedule(shape, tiling, policy, granularity, (), lag)
-    g0 = lambda m: [Tile(0, m, j, 0) for j in range(s.n0_tiles)]  # noqa: E731
+    g0_tile = lambda m, j: [Tile(0, m, j, k) for k in range(s.splits0)]  # noqa: E731
+    g0 = lambda m: [t for j in range(s.n0_tiles) for t in g0_tile(m, j)]  # noqa: E731
     g1 = lambda m, k: [Tile(1, m, n, k) for n in range(s.n1_tiles)]  # noqa: E731
     order: list[Tile] = []
     if policy == "sequential":
@@ -182,7 +199,7 @@ def make_schedule(shape: PairShape, tiling: Tiling, policy: str, granularity: st
         # first splits' producers, which finish first, are waited on first.
         for j0 in range(0, s.n0_tiles, GROUP_N):
             for m in range(s.m_blocks):
-                order += [Tile(0, m, j, 0) for j in range(j0, min(j0 + GROUP_N, s.n0_tiles))]
+                order += [t for j in range(j0, min(j0 + GROUP_N, s.n0_tiles)) for t in g0_tile(m, j)]
         for k in range(s.splits):
             for n0 in range(0, s.n1_tiles, GROUP_N):
                 for m in range(s.m_blocks):
@@ -198,7 +215,7 @@ def make_schedule(shape: PairShape, tiling: Tiling, policy: str, granularity: st
             emitted = 0  # GEMM0 tiles of this row block emitted so far
             pending = list(range(s.splits))  # K-splits whose GEMM1 tiles are not yet emitted
             for j in range(s.n0_tiles):
-                order.append(Tile(0, m, j, 0))
+                order += g0_tile(m, j)
                 emitted = j + 1
                 # a split is released `lag` GEMM0 tiles after its last producer
                 while pending:
@@ -215,11 +232,12 @@ def make_schedule(shape: PairShape, tiling: Tiling, policy: str, granularity: st
 
 
 def tile_work(s: Schedule, tile: Tile) -> float:
-    """A tile's weight elements (n columns x K extent), in units of a GEMM0 tile's: at decode sizes
-    the tiles stream weights, so time goes with them."""
+    """A tile's weight elements (n columns x K extent), in units of an unsplit GEMM0 tile's: at
+    decode sizes the tiles stream weights, so time goes with them."""
     full = s.tiling.block_n0 * s.shape.k
     if tile.gemm == 0:
-        return 1.0
+        k0 = s.tiling.split_k0 or s.shape.k
+        return min(k0, s.shape.k - tile.split * k0) / s.shape.k
     k = s.tiling.split_k1 or s.shape.h_width
     k = min(k, s.shape.h_width - tile.split * k)
     return s.tiling.block_n1 * k / full

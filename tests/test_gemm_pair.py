@@ -52,24 +52,28 @@ def test_reference_swiglu_matches_llama_mlp():
 
 
 @pytest.mark.skipif(not cute_ops.schemas_loaded(), reason="cute_ops._C not built")
-@pytest.mark.parametrize("m, n0, n1, activation, block_m, split_k1", [
-    (1, 28672, 4096, "swiglu", 16, 1152), (7, 400, 136, "swiglu", 16, 64), (1000, 400, 136, "gelu", 128, 0),
-    (4096, 28672, 4096, "swiglu", 128, 0), (64, 1024, 1000, "none", 64, 256), (130, 2048, 512, "swiglu", 64, 192)])
+@pytest.mark.parametrize("m, k, n0, n1, activation, block_m, split_k0, split_k1", [
+    (1, 4096, 28672, 4096, "swiglu", 16, 1024, 1152), (1, 4096, 28672, 4096, "swiglu", 16, 0, 1152),
+    (7, 264, 400, 136, "swiglu", 16, 64, 64), (1000, 264, 400, 136, "gelu", 128, 0, 0),
+    (4096, 4096, 28672, 4096, "swiglu", 128, 0, 0), (64, 1000, 1024, 1000, "none", 64, 336, 256),
+    (130, 512, 2048, 512, "swiglu", 64, 0, 192)])
 @pytest.mark.parametrize("policy, granularity, lag", [
     ("sequential", "tile", 0), ("sequential", "row", 0), ("row_interleaved", "tile", 0), ("row_interleaved", "row", 0),
     ("overlap", "tile", 0), ("overlap", "tile", 3), ("overlap", "tile", 264)])
-def test_cpp_order_matches_python_model(m, n0, n1, activation, block_m, split_k1, policy, granularity, lag):
+def test_cpp_order_matches_python_model(m, k, n0, n1, activation, block_m, split_k0, split_k1, policy, granularity,
+                                        lag):
     # The kernel reads the C++ table; the Python model is the one the deadlock tests check.
-    cpp = torch.ops.cute_ops.gemm_pair_order(m, n0, n1, activation, policy, granularity, block_m, split_k1, lag)
-    model = make_schedule(PairShape(m, 8, n0, n1, gated=activation == "swiglu"),
-                          Tiling(block_m, 128, 128, split_k1 or None), policy, granularity, lag)
+    cpp = torch.ops.cute_ops.gemm_pair_order(m, k, n0, n1, activation, policy, granularity, block_m, split_k0,
+                                             split_k1, lag)
+    model = make_schedule(PairShape(m, k, n0, n1, gated=activation == "swiglu"),
+                          Tiling(block_m, 128, 128, split_k1 or None, split_k0 or None), policy, granularity, lag)
     assert cpp.tolist() == model.table
 
 
 @pytest.mark.skipif(not cute_ops.schemas_loaded(), reason="cute_ops._C not built")
 def test_cpp_order_rejects_overlap_at_row_granularity():
     with pytest.raises((ValueError, RuntimeError), match="needs granularity"):
-        torch.ops.cute_ops.gemm_pair_order(64, 256, 128, "swiglu", "overlap", "row", 64, 64, 0)
+        torch.ops.cute_ops.gemm_pair_order(64, 64, 256, 128, "swiglu", "overlap", "row", 64, 0, 64, 0)
 
 
 @pytest.mark.skipif(not cute_ops.schemas_loaded(), reason="cute_ops._C not built")
@@ -101,6 +105,7 @@ def _args(a=None, b0=None, b1=None, **kw):
     (lambda: _args(policy="random"), "policy must be one of", ValueError),
     (lambda: _args(policy="overlap", granularity="row"), "'overlap' policy needs granularity 'tile'", ValueError),
     (lambda: _args(split_k1=96), "split_k1 must be None", ValueError),
+    (lambda: _args(split_k0=100), "split_k0 must be None", ValueError),
     (lambda: _args(block_m=32), "block_m must be None", ValueError),
     (lambda: _args(a=_meta(3, 128)[:, :64]), None, None),  # a strided view with aligned rows is fine
 ])
@@ -148,11 +153,12 @@ def test_matches_reference(m, dtype, activation):
 @pytest.mark.parametrize("policy, granularity", [
     ("sequential", "tile"), ("sequential", "row"), ("row_interleaved", "tile"), ("row_interleaved", "row"),
     ("overlap", "tile")])
-@pytest.mark.parametrize("split_k1", [None, 0, 64])
+@pytest.mark.parametrize("split_k0, split_k1", [(None, None), (0, 0), (0, 64), (72, 64), (128, None)])
 @pytest.mark.parametrize("m", M_SIZES)
-def test_every_policy_and_granularity(m, policy, granularity, split_k1):
+def test_every_policy_and_granularity(m, policy, granularity, split_k0, split_k1):
+    # split_k0 = 72 leaves K = 264 in splits of 72, 72, 72 and 48 columns (partial K tiles).
     _check(*_problem(m, torch.bfloat16, "swiglu", inter=456), "swiglu", policy=policy,
-           granularity=granularity, split_k1=split_k1)
+           granularity=granularity, split_k0=split_k0, split_k1=split_k1)
 
 
 @pytest.mark.gpu
@@ -165,7 +171,8 @@ def test_forced_tile_configs_and_overlap_lag(m, block_m, lag):
 
 @pytest.mark.gpu
 def test_llama_shape_fused_mlp_and_nd_input():
-    # LLaMA-3-8B widths at decode size, x [batch, seq, hidden]; against cuBLAS's unfused MLP.
+    # LLaMA-3-8B widths at decode size, x [batch, seq, hidden]; against cuBLAS's unfused MLP. M = 6
+    # takes the automatic K-splits of both GEMMs.
     hidden, inter = 4096, 14336
     x = torch.randn(2, 3, hidden, device="cuda", dtype=torch.bfloat16)
     wg, wu = [(torch.randn(inter, hidden, device="cuda") / hidden ** 0.5).to(torch.bfloat16) for _ in range(2)]
@@ -180,7 +187,7 @@ def test_llama_shape_fused_mlp_and_nd_input():
 @pytest.mark.parametrize("m", [1, 64, 1000])
 def test_split_k_is_deterministic(m):
     a, b0, b1 = _problem(m, torch.bfloat16, "swiglu", hidden=512, inter=2048, out=256)
-    runs = [cute_ops.gemm_pair(a, b0, b1, split_k1=128) for _ in range(5)]
+    runs = [cute_ops.gemm_pair(a, b0, b1, split_k0=128, split_k1=128) for _ in range(5)]
     assert all(torch.equal(runs[0], r) for r in runs[1:])
 
 
@@ -219,17 +226,19 @@ def _green_context(num_sms):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("policy, granularity", [("sequential", "row"), ("row_interleaved", "tile"), ("overlap", "tile")])
-def test_few_co_resident_ctas(policy, granularity):
+@pytest.mark.parametrize("split_k0", [None, 128])
+def test_few_co_resident_ctas(policy, granularity, split_k0):
     # A green context confines the launch to 8 SMs (2-3 CTAs each): hundreds of tiles with
     # dependencies run through ~20 slots. With blockIdx-ordered tiles this could deadlock.
     cases = [_problem(m, torch.bfloat16, "swiglu", hidden=512, inter=1536, out=512) for m in (1, 300)]
+    kw = dict(policy=policy, granularity=granularity, lag=0, split_k0=split_k0)
     for a, b0, b1 in cases:  # orders uploaded outside the green context
-        cute_ops.gemm_pair(a, b0, b1, policy=policy, granularity=granularity, lag=0)
+        cute_ops.gemm_pair(a, b0, b1, **kw)
     torch.cuda.synchronize()
     ctx = _green_context(8)
     ctx.set_context()
     try:
-        outs = [cute_ops.gemm_pair(a, b0, b1, policy=policy, granularity=granularity, lag=0) for a, b0, b1 in cases]
+        outs = [cute_ops.gemm_pair(a, b0, b1, **kw) for a, b0, b1 in cases]
         torch.cuda.synchronize()
     finally:
         ctx.pop_context()
@@ -242,7 +251,7 @@ def test_few_co_resident_ctas(policy, granularity):
 def test_cuda_graph_replays_with_new_inputs(m):
     a, b0, b1 = _problem(m, torch.bfloat16, "swiglu")
     holder = {}
-    graph = capture_graph(lambda: holder.update(out=cute_ops.gemm_pair(a, b0, b1, split_k1=64)))
+    graph = capture_graph(lambda: holder.update(out=cute_ops.gemm_pair(a, b0, b1, split_k0=64, split_k1=64)))
     for _ in range(2):
         a.copy_(torch.randn_like(a, dtype=torch.float32).to(a.dtype))
         b1.copy_(torch.randn_like(b1, dtype=torch.float32).to(b1.dtype) * 0.1)
@@ -269,7 +278,7 @@ def test_current_stream_and_opcheck():
         out = cute_ops.gemm_pair(a, b0, b1)
     torch.cuda.current_stream().wait_stream(side)
     torch.testing.assert_close(out.double(), _expected(a, b0, b1, "swiglu"), **TOL[torch.bfloat16])
-    torch.library.opcheck(torch.ops.cute_ops.gemm_pair.default, (a, b0, b1), {"split_k1": 64})
+    torch.library.opcheck(torch.ops.cute_ops.gemm_pair.default, (a, b0, b1), {"split_k0": 128, "split_k1": 64})
 
 
 @pytest.mark.gpu

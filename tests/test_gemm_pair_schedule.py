@@ -24,13 +24,15 @@ def combos():
 
 @pytest.mark.parametrize("policy,granularity", list(combos()))
 @pytest.mark.parametrize("m", [1, 7, 16, 64, 128, 1000, 4096])
-@pytest.mark.parametrize("split_k1", [None, 1024])
-def test_orders_are_complete_and_respect_producers(policy, granularity, m, split_k1):
-    s = make_schedule(PairShape(m=m, **LLAMA), Tiling(block_m=64, split_k1=split_k1), policy, granularity)
+@pytest.mark.parametrize("split_k0, split_k1", [(None, None), (None, 1024), (1024, 1152)])
+def test_orders_are_complete_and_respect_producers(policy, granularity, m, split_k0, split_k1):
+    s = make_schedule(PairShape(m=m, **LLAMA), Tiling(block_m=64, split_k1=split_k1, split_k0=split_k0), policy,
+                      granularity)
     check_order(s)  # make_schedule checked already; an explicit second look
     splits = 1 if split_k1 is None else math.ceil(14336 / split_k1)
+    splits0 = 1 if split_k0 is None else 4096 // split_k0
     m_blocks = math.ceil(m / 64)
-    assert len(s.order) == m_blocks * (224 + 32 * splits)
+    assert len(s.order) == m_blocks * (224 * splits0 + 32 * splits)
     assert len(s.table) == len(s.order) and all(len(row) == 4 for row in s.table)
 
 
@@ -49,6 +51,21 @@ def test_tile_producers_cover_exactly_the_split(split_k1):
             covered |= cols
         assert set(range(lo, hi)) <= covered
         assert s.wait_count(Tile(1, 0, 0, split)) == len(prods)
+
+
+@pytest.mark.parametrize("policy,granularity", list(combos()))
+def test_gemm0_splits_are_adjacent_and_all_awaited(policy, granularity):
+    # split_k0 = 96 cuts K = 256 into 96, 96 and 64 columns.
+    s = make_schedule(PairShape(m=100, **SMALL), Tiling(split_k1=128, split_k0=96), policy, granularity, lag=1)
+    assert s.splits0 == 3
+    for i, t in enumerate(s.order):
+        if t.gemm == 0 and t.split == 0:
+            assert s.order[i:i + 3] == (t, t._replace(split=1), t._replace(split=2))
+    consumer = Tile(1, 1, 0, 1)
+    prods = s.producers(consumer)
+    tiles = {(p.m, p.n) for p in prods}
+    assert sorted(prods) == sorted(Tile(0, m, n, k) for m, n in tiles for k in range(3))
+    assert s.wait_count(consumer) == len(tiles)  # the kernel counts tiles, each signalled once
 
 
 def test_row_granularity_waits_for_the_whole_row_block():
@@ -74,6 +91,7 @@ def test_overlap_starts_gemm1_before_gemm0_ends():
 
 @pytest.mark.parametrize("bad", [
     dict(policy="fastest"), dict(granularity="page"), dict(lag=-1), dict(tiling=Tiling(split_k1=100)),
+    dict(tiling=Tiling(split_k1=128, split_k0=12)),
     dict(shape=PairShape(m=0, **SMALL)), dict(shape=PairShape(m=4, k=8, n0=7, n1=8))])
 def test_bad_arguments(bad):
     args = dict(shape=PairShape(m=16, **SMALL), tiling=Tiling(split_k1=128), policy="overlap",
@@ -90,7 +108,9 @@ def test_simulation_never_deadlocks(policy, granularity, workers):
     for trial in range(3):
         m = rng.choice([1, 16, 100, 300])
         split = rng.choice([None, 64, 192])
-        s = make_schedule(PairShape(m=m, **SMALL), Tiling(block_m=64, split_k1=split), policy, granularity,
+        split0 = rng.choice([None, 64, 200])
+        s = make_schedule(PairShape(m=m, **SMALL), Tiling(block_m=64, split_k1=split, split_k0=split0), policy,
+                          granularity,
                           lag=rng.choice([0, 1, 2]))
         durations = {t: rng.expovariate(1.0) + 0.01 for t in s.order}  # heavy-tailed: some tiles much slower
         r = simulate(s, workers, durations)

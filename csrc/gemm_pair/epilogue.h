@@ -3,9 +3,10 @@
 // ([kBlockM, kBlockN], row stride Traits::kEpilogueLd):
 //   - GEMM0: the activation, rounded once to 16 bits, into h. SwiGLU pairs column c of the tile
 //     (a gate row of b0) with column half + c (the matching up row): pack_gate_up lays b0 out so.
-//   - GEMM1: the output tile; or, when GEMM1 is split along K, a float32 partial, and the split
-//     that finishes an output tile last sums all partials in split order (deterministic: the sum
-//     does not depend on which split came last) and writes the output.
+//   - GEMM1: the output tile.
+//   - Either GEMM split along K: a float32 partial per split; the split that finishes a tile last
+//     sums all partials in split order (deterministic: the sum does not depend on which split
+//     came last) and runs that GEMM's epilogue on the sum.
 #include <cute/tensor.hpp>
 
 #include <cuda_bf16.h>
@@ -87,52 +88,61 @@ __device__ __forceinline__ void store_out(const float* sC, const GemmPairParams&
   }
 }
 
-// Split-K GEMM1: writes this split's partial; the last split of the output tile to arrive reduces.
+// Split-K, either GEMM: writes this split's float32 tile ([rows, width] of the staging tile) to
+// its slice of `partials` (split-major: split * split_stride + row * ld + col), then counts its
+// arrival on `arrived`. Returns true in the CTA whose split arrived last; there every split's
+// partial is visible.
 template <typename Traits>
-__device__ __forceinline__ void store_partial_and_reduce(const float* sC, const GemmPairParams& p, int m_block,
-                                                         int row0, int rows, int tile_n, int split) {
-  using Element = typename Traits::Element;
+__device__ __forceinline__ bool publish_partial(const float* sC, float* partials, int64_t split_stride, int64_t ld,
+                                                int row0, int rows, int col0, int width, int split, int* arrived,
+                                                int splits) {
   constexpr int kLd = Traits::kEpilogueLd, kVecs = Traits::kBlockN / 4;
-  const int col0 = tile_n * Traits::kBlockN;
-  const int width = min(Traits::kBlockN, p.n1 - col0);
-  const int64_t split_stride = static_cast<int64_t>(p.m) * p.n1;
+  float* dst = partials + split * split_stride + row0 * ld + col0;
   for (int i = threadIdx.x; i < Traits::kBlockM * kVecs; i += Traits::kNThreads) {
     const int r = i / kVecs, c = (i % kVecs) * 4;
     if (r >= rows || c >= width) continue;
-    const float4 v = make_float4(sC[r * kLd + c], sC[r * kLd + c + 1], sC[r * kLd + c + 2], sC[r * kLd + c + 3]);
-    *reinterpret_cast<float4*>(p.partials + split * split_stride + static_cast<int64_t>(row0 + r) * p.n1 + col0 + c) = v;
+    *reinterpret_cast<float4*>(dst + r * ld + c) =
+        make_float4(sC[r * kLd + c], sC[r * kLd + c + 1], sC[r * kLd + c + 2], sC[r * kLd + c + 3]);
   }
   __shared__ int is_last;
   __syncthreads();  // every partial store of this CTA is issued
   if (threadIdx.x == 0) {
     // acq_rel: publishes this split's partial (release, cumulative over the barrier) and, for the
     // last split, makes the others' partials visible (acquire).
-    is_last = fetch_add_acq_rel(p.arrived + m_block * p.n1_tiles + tile_n, 1) == p.splits - 1;
+    is_last = fetch_add_acq_rel(arrived, 1) == splits - 1;
   }
   __syncthreads();
-  if (!is_last) return;
-  Element* out = static_cast<Element*>(p.out);
+  return is_last;
+}
+
+// The last split's reduction: the staging tile becomes the sum of every split's partial, added in
+// split order, so the result does not depend on which split came last.
+template <typename Traits>
+__device__ __forceinline__ void sum_partials(float* sC, const float* partials, int64_t split_stride, int64_t ld,
+                                             int row0, int rows, int col0, int width, int splits) {
+  constexpr int kLd = Traits::kEpilogueLd, kVecs = Traits::kBlockN / 4;
+  const float* base = partials + row0 * ld + col0;
   for (int i = threadIdx.x; i < Traits::kBlockM * kVecs; i += Traits::kNThreads) {
     const int r = i / kVecs, c = (i % kVecs) * 4;
     if (r >= rows || c >= width) continue;
-    const float* src = p.partials + static_cast<int64_t>(row0 + r) * p.n1 + col0 + c;
+    const float* src = base + r * ld + c;
     // Loads in batches of 8, issued before they are summed: one L2 round trip per batch, not per
     // split (this reduction is on the launch's critical path at decode sizes).
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s0 = 0; s0 < p.splits; s0 += 8) {
+    for (int s0 = 0; s0 < splits; s0 += 8) {
       float4 v[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        if (s0 + j < p.splits) v[j] = __ldcg(reinterpret_cast<const float4*>(src + (s0 + j) * split_stride));
+        if (s0 + j < splits) v[j] = __ldcg(reinterpret_cast<const float4*>(src + (s0 + j) * split_stride));
       }
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        if (s0 + j < p.splits) sum.x += v[j].x, sum.y += v[j].y, sum.z += v[j].z, sum.w += v[j].w;
+        if (s0 + j < splits) sum.x += v[j].x, sum.y += v[j].y, sum.z += v[j].z, sum.w += v[j].w;
       }
     }
-    *reinterpret_cast<uint2*>(out + static_cast<int64_t>(row0 + r) * p.n1 + col0 + c) =
-        make_uint2(pack2<Element>(sum.x, sum.y), pack2<Element>(sum.z, sum.w));
+    sC[r * kLd + c] = sum.x, sC[r * kLd + c + 1] = sum.y, sC[r * kLd + c + 2] = sum.z, sC[r * kLd + c + 3] = sum.w;
   }
+  __syncthreads();
 }
 
 }  // namespace cute_ops::gemm_pair

@@ -13,14 +13,18 @@ struct GemmPairParams {
   const void* b1;  // [n1, h_width] contiguous
   void* h;         // [m, h_width] contiguous: GEMM0's output, GEMM1's input
   void* out;       // [m, n1] contiguous
+  float* partials0; // [splits0, m, n0] when GEMM0 is split along K, else nullptr
   float* partials; // [splits, m, n1] when GEMM1 is split along K, else nullptr
   const int4* order;  // [num_tiles] (gemm, m block, n tile, K-split), by ticket
   int* ticket;        // zeroed before the launch, like the counters below
   int* ready;         // [m_blocks * (tile_sync ? splits : 1)] GEMM0 tiles finished, per dependency
+  int* arrived0;      // [m_blocks * n0_tiles] GEMM0 splits finished, per tile (split only)
   int* arrived;       // [m_blocks * n1_tiles] GEMM1 splits finished, per output tile (split only)
   int64_t lda;
   int m, k, n0, n1, h_width;
-  int num_tiles, n0_tiles, n1_tiles, splits, split_k1;
+  int num_tiles, n0_tiles, n1_tiles;
+  int splits0, split_k0;  // GEMM0's K-splits and the K columns each reads (split_k0 = k when not split)
+  int splits, split_k1;   // GEMM1's K-splits and the h columns each reads (split_k1 = h_width when not split)
   int activation;  // gemm_pair::Activation
   bool tile_sync;  // wait per (row block, K-split) rather than per row block
   bool wait;       // false when stream order already guarantees h (the two-launch control)

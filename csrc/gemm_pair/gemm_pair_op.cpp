@@ -39,6 +39,22 @@ int ctas_per_sm(int block_m, bool is_bf16) {
 
 int auto_block_m(int64_t m) { return m <= 16 ? 16 : m <= 64 ? 64 : 128; }
 
+// GEMM0 has n0 / 128 tiles a row block (224 for LLaMA-3-8B), fewer than a GPU's CTA slots at
+// decode sizes when several CTAs fit on an SM (396 slots at block_m 16). The first wave is then
+// GEMM0 and waiting GEMM1 CTAs, and consecutive tickets tend to go to CTAs of one SM: GEMM0 piles
+// up three to an SM on some SMs and leaves others none (measured: GEMM0 streams at 3.3 instead of
+// 4.0 TB/s on an H200). When GEMM0's tiles fill at most two thirds of the slots, split it along K
+// into about two waves of slots, so that every SM streams GEMM0 and a freed slot takes the next
+// split; no split shorter than 512 columns. (With one CTA an SM, or GEMM0 filling most slots,
+// splitting measured slower: docs/perf-notes.md.)
+int64_t auto_split_k0(const Geometry& g, int64_t slots, int ctas_per_sm) {
+  const int64_t tiles = g.m_blocks() * g.n0_tiles();
+  if (ctas_per_sm < 2 || 3 * tiles > 2 * slots) return 0;
+  const int64_t splits = std::min(gemm_pair::ceil_div(2 * slots, tiles), std::max<int64_t>(1, g.k / 512));
+  if (splits <= 1) return 0;
+  return gemm_pair::ceil_div(gemm_pair::ceil_div(g.k, splits), 256) * 256;
+}
+
 // GEMM1 has n1 / 128 output tiles a row block (32 for LLaMA-3-8B): at decode sizes too few to
 // fill the GPU, so it is split along K until its tiles alone fill about one wave of CTA slots,
 // but no split narrower than 256 h columns.
@@ -55,10 +71,10 @@ int64_t auto_split_k1(const Geometry& g, int64_t slots) {
 // policy): building and uploading one is a host loop and a blocking copy, paid once.
 at::Tensor order_table(const Geometry& g, Policy policy, bool tile_sync, int64_t lag, const at::Device& device,
                        cudaStream_t stream) {
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, int, int64_t, int, bool, int64_t>;
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, int, int64_t, int64_t, int, bool, int64_t>;
   static auto* cache = new std::map<Key, at::Tensor>();  // never destroyed: outlives the CUDA context
   static std::mutex mutex;
-  const Key key{device.index(), g.m_blocks(), g.n0, g.n1, g.gated, g.block_m, g.split_k1,
+  const Key key{device.index(), g.m_blocks(), g.k, g.n0, g.n1, g.gated, g.block_m, g.split_k0, g.split_k1,
                 static_cast<int>(policy), tile_sync, policy == Policy::kOverlap ? lag : 0};
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache->find(key); it != cache->end()) return it->second;
@@ -92,7 +108,7 @@ void check_operand(const at::Tensor& t, const at::Tensor& a, const char* name) {
 
 at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::Tensor& b1,
                           const std::string& activation, const std::string& policy, const std::string& granularity,
-                          int64_t split_k1, int64_t block_m, int64_t lag, bool separate_launches) {
+                          int64_t split_k0, int64_t split_k1, int64_t block_m, int64_t lag, bool separate_launches) {
   check_operand(a, a, "a");
   check_operand(b0, a, "b0");
   check_operand(b1, a, "b1");
@@ -123,41 +139,50 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   const cudaStream_t stream = current_stream(a);
 
   Geometry g;
-  g.m = m, g.n0 = n0, g.n1 = n1, g.gated = gated;
+  g.m = m, g.k = k, g.n0 = n0, g.n1 = n1, g.gated = gated;
   g.block_m = block_m ? static_cast<int>(block_m) : auto_block_m(m);
   g.block_n0 = g.block_n1 = kGemmPairBlockN;
-  const int64_t slots =
-      int64_t{device_info(a.device().index()).sms} * ctas_per_sm(g.block_m, a.scalar_type() == at::kBFloat16);
+  const int per_sm = ctas_per_sm(g.block_m, a.scalar_type() == at::kBFloat16);
+  const int64_t slots = int64_t{device_info(a.device().index()).sms} * per_sm;
+  TORCH_CHECK(split_k0 < 0 || split_k0 % 8 == 0, kOp, ": split_k0 must be -1 (automatic), 0 (no split) or a "
+              "multiple of 8, got ", split_k0);
+  g.split_k0 = split_k0 < 0 ? auto_split_k0(g, slots, per_sm) : split_k0;
+  if (g.split_k0 >= k) g.split_k0 = 0;  // one split
   g.split_k1 = split_k1 < 0 ? auto_split_k1(g, slots) : split_k1;
   if (g.split_k1 >= h_width) g.split_k1 = 0;  // one split
   TORCH_CHECK(g.split_k1 % g.h_cols_per_tile0() == 0, kOp, ": split_k1 must be -1 (automatic), 0 (no split) or a "
               "multiple of the ", g.h_cols_per_tile0(), " h columns a GEMM0 tile makes, got ", split_k1);
-  const int64_t lag_used = lag < 0 ? slots : lag;
+  // The overlap policy's lag counts GEMM0 tiles: by default the tiles whose splits fill the slots.
+  const int64_t lag_used = lag < 0 ? std::max<int64_t>(1, slots / g.splits0()) : lag;
   // The two-launch control runs the sequential order's GEMM0 part, then its GEMM1 part.
   const at::Tensor order =
       order_table(g, separate_launches ? Policy::kSequential : pol, tile_sync, lag_used, a.device(), stream);
 
-  const int64_t splits = g.splits();
+  const int64_t splits0 = g.splits0(), splits = g.splits();
   const int64_t n_ready = g.m_blocks() * (tile_sync ? splits : 1);
+  const int64_t n_arrived0 = splits0 > 1 ? g.m_blocks() * g.n0_tiles() : 0;
   const int64_t n_arrived = splits > 1 ? g.m_blocks() * g.n1_tiles() : 0;
-  at::Tensor counters = at::empty({2 + n_ready + n_arrived}, a.options().dtype(at::kInt));
+  at::Tensor counters = at::empty({2 + n_ready + n_arrived0 + n_arrived}, a.options().dtype(at::kInt));
   // Zeroed in the stream (a memset node in a CUDA graph), so every launch and replay starts fresh.
   check_cuda(cudaMemsetAsync(counters.data_ptr(), 0, counters.numel() * sizeof(int), stream), "gemm_pair counters");
   at::Tensor h = at::empty({m, h_width}, a.options());
-  at::Tensor partials;
+  at::Tensor partials0, partials;
+  if (splits0 > 1) partials0 = at::empty({splits0, m, n0}, a.options().dtype(at::kFloat));
   if (splits > 1) partials = at::empty({splits, m, n1}, a.options().dtype(at::kFloat));
 
   GemmPairParams p{};
   p.a = a.data_ptr(), p.b0 = b0.data_ptr(), p.b1 = b1.data_ptr(), p.h = h.data_ptr(), p.out = out.data_ptr();
+  p.partials0 = splits0 > 1 ? partials0.data_ptr<float>() : nullptr;
   p.partials = splits > 1 ? partials.data_ptr<float>() : nullptr;
   p.order = reinterpret_cast<const int4*>(order.data_ptr<int>());
   int* c = counters.data_ptr<int>();
-  p.ticket = c, p.ready = c + 2, p.arrived = c + 2 + n_ready;
+  p.ticket = c, p.ready = c + 2, p.arrived0 = c + 2 + n_ready, p.arrived = c + 2 + n_ready + n_arrived0;
   p.lda = a.stride(0);
   p.m = static_cast<int>(m), p.k = static_cast<int>(k), p.n0 = static_cast<int>(n0), p.n1 = static_cast<int>(n1);
   p.h_width = static_cast<int>(h_width);
   p.num_tiles = static_cast<int>(g.num_tiles());
   p.n0_tiles = static_cast<int>(g.n0_tiles()), p.n1_tiles = static_cast<int>(g.n1_tiles());
+  p.splits0 = static_cast<int>(splits0), p.split_k0 = static_cast<int>(g.k0_cols());
   p.splits = static_cast<int>(splits), p.split_k1 = static_cast<int>(g.k1_cols());
   p.activation = static_cast<int>(act);
   p.tile_sync = tile_sync;
@@ -168,7 +193,7 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
     return out;
   }
   // The same tiles as two launches ordered by the stream: what the fused launch is measured against.
-  const int gemm0_tiles = static_cast<int>(g.m_blocks() * g.n0_tiles());
+  const int gemm0_tiles = static_cast<int>(g.m_blocks() * g.n0_tiles() * splits0);
   GemmPairParams first = p;
   first.num_tiles = gemm0_tiles;
   run_gemm_pair(first, g.block_m, stream);

@@ -42,9 +42,10 @@ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Tile counts of one launch (the Python model's Schedule properties).
 struct Geometry {
-  int64_t m = 0, n0 = 0, n1 = 0;
+  int64_t m = 0, k = 0, n0 = 0, n1 = 0;
   bool gated = true;
   int block_m = 64, block_n0 = 128, block_n1 = 128;
+  int64_t split_k0 = 0;  // K columns a GEMM0 split reads; 0: not split
   int64_t split_k1 = 0;  // h columns a GEMM1 split reads; 0: not split
 
   int64_t h_width() const { return gated ? n0 / 2 : n0; }
@@ -52,16 +53,22 @@ struct Geometry {
   int64_t m_blocks() const { return ceil_div(m, block_m); }
   int64_t n0_tiles() const { return ceil_div(h_width(), h_cols_per_tile0()); }
   int64_t n1_tiles() const { return ceil_div(n1, block_n1); }
+  int64_t k0_cols() const { return split_k0 > 0 ? split_k0 : k; }
+  int64_t splits0() const { return ceil_div(k, k0_cols()); }
   int64_t k1_cols() const { return split_k1 > 0 ? split_k1 : h_width(); }
   int64_t splits() const { return ceil_div(h_width(), k1_cols()); }
-  int64_t num_tiles() const { return m_blocks() * (n0_tiles() + n1_tiles() * splits()); }
+  int64_t num_tiles() const { return m_blocks() * (n0_tiles() * splits0() + n1_tiles() * splits()); }
   // GEMM0 tiles [s * k1_cols() / h_cols_per_tile0(), last) produce the h columns split s reads.
   int64_t last_producer(int64_t s) const {
     return ceil_div(std::min((s + 1) * k1_cols(), h_width()), h_cols_per_tile0());
   }
 
   void validate() const {
-    if (m < 1 || n0 < 1 || n1 < 1 || (gated && n0 % 2)) throw std::invalid_argument("gemm_pair: bad shape");
+    if (m < 1 || k < 1 || n0 < 1 || n1 < 1 || (gated && n0 % 2)) throw std::invalid_argument("gemm_pair: bad shape");
+    if (split_k0 < 0 || split_k0 % 8) {
+      throw std::invalid_argument("gemm_pair: split_k0 must be 0 (no split) or a positive multiple of 8, got " +
+                                  std::to_string(split_k0));
+    }
     if (split_k1 < 0 || split_k1 % h_cols_per_tile0()) {
       throw std::invalid_argument("gemm_pair: split_k1 must be 0 (no split) or a positive multiple of the " +
                                   std::to_string(h_cols_per_tile0()) + " h columns a GEMM0 tile makes, got " +
@@ -74,6 +81,9 @@ constexpr int64_t kGroupN = 8;  // the "sequential" order's column group (GROUP_
 
 using Entry = std::array<int32_t, 4>;  // (gemm, m block, n tile, K-split)
 
+// Every policy places a GEMM0 tile's K-splits at consecutive tickets: they run side by side, and
+// the last to finish reduces them and publishes the tile (nothing waits on a single split).
+
 // The order of `policy` (see make_schedule in gemm_pair_schedule.py). Overlap needs tile
 // granularity: at row granularity a split would wait for GEMM0 tiles ordered after it.
 inline std::vector<Entry> build_order(const Geometry& g, Policy policy, bool tile_sync, int64_t lag) {
@@ -85,8 +95,12 @@ inline std::vector<Entry> build_order(const Geometry& g, Policy policy, bool til
   std::vector<Entry> order;
   order.reserve(static_cast<size_t>(g.num_tiles()));
   const int64_t n0t = g.n0_tiles(), n1t = g.n1_tiles(), splits = g.splits();
+  const int64_t splits0 = g.splits0();
+  auto g0_tile = [&](int64_t m, int64_t j) {
+    for (int64_t s = 0; s < splits0; ++s) order.push_back({0, int32_t(m), int32_t(j), int32_t(s)});
+  };
   auto g0 = [&](int64_t m) {
-    for (int64_t j = 0; j < n0t; ++j) order.push_back({0, int32_t(m), int32_t(j), 0});
+    for (int64_t j = 0; j < n0t; ++j) g0_tile(m, j);
   };
   auto g1 = [&](int64_t m, int64_t s) {
     for (int64_t n = 0; n < n1t; ++n) order.push_back({1, int32_t(m), int32_t(n), int32_t(s)});
@@ -96,7 +110,7 @@ inline std::vector<Entry> build_order(const Geometry& g, Policy policy, bool til
     // blocks pass. GEMM1 goes split by split, so the earliest-ready splits come first.
     for (int64_t j0 = 0; j0 < n0t; j0 += kGroupN)
       for (int64_t m = 0; m < g.m_blocks(); ++m)
-        for (int64_t j = j0; j < std::min(j0 + kGroupN, n0t); ++j) order.push_back({0, int32_t(m), int32_t(j), 0});
+        for (int64_t j = j0; j < std::min(j0 + kGroupN, n0t); ++j) g0_tile(m, j);
     for (int64_t s = 0; s < splits; ++s)
       for (int64_t n0 = 0; n0 < n1t; n0 += kGroupN)
         for (int64_t m = 0; m < g.m_blocks(); ++m)
@@ -111,7 +125,7 @@ inline std::vector<Entry> build_order(const Geometry& g, Policy policy, bool til
     for (int64_t m = 0; m < g.m_blocks(); ++m) {
       int64_t next_split = 0;
       for (int64_t j = 0; j < n0t; ++j) {
-        order.push_back({0, int32_t(m), int32_t(j), 0});
+        g0_tile(m, j);
         const int64_t emitted = j + 1;
         while (next_split < splits && emitted >= std::min(n0t, g.last_producer(next_split) + lag)) {
           g1(m, next_split++);

@@ -1,0 +1,42 @@
+#pragma once
+// Timeline probes for gemm_pair, compiled out unless CUTE_OPS_GEMM_PAIR_TRACE is defined (a
+// profiling build: perf/tools/gemm_pair_timeline.cu, never the extension). Thread 0 of each CTA
+// stores the global timer at probe i to g_gemm_pair_trace[slot * 8 + i], where slot is the CTA's
+// entry in the order table counted from g_gemm_pair_trace_order (so the two-launch control's
+// second launch lands after the first), and its SM id to entry 7.
+//   0 entry (before the ticket)  1 past the dependency wait  2 mainloop done  3 end
+#ifdef CUTE_OPS_GEMM_PAIR_TRACE
+__device__ unsigned long long g_gemm_pair_trace[1 << 20];
+__device__ const int4* g_gemm_pair_trace_order;
+
+namespace cute_ops::gemm_pair::trace {
+__device__ __forceinline__ unsigned long long now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned& slot() {
+  __shared__ unsigned s;
+  return s;
+}
+// Thread 0, once it holds its ticket's entry.
+__device__ __forceinline__ void begin(const int4* entry, unsigned long long t_entry) {
+  const long long s = entry - g_gemm_pair_trace_order;
+  slot() = s >= 0 && s < (1 << 17) ? static_cast<unsigned>(s) : (1u << 17) - 1;  // stray base: one junk row
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  g_gemm_pair_trace[slot() * 8 + 0] = t_entry;
+  g_gemm_pair_trace[slot() * 8 + 7] = sm;
+}
+__device__ __forceinline__ void at(int i) {
+  if (threadIdx.x == 0) g_gemm_pair_trace[slot() * 8 + i] = now();
+}
+}  // namespace cute_ops::gemm_pair::trace
+#define GEMM_PAIR_TRACE_NOW() cute_ops::gemm_pair::trace::now()
+#define GEMM_PAIR_TRACE_BEGIN(entry, t) cute_ops::gemm_pair::trace::begin(entry, t)
+#define GEMM_PAIR_TRACE(i) cute_ops::gemm_pair::trace::at(i)
+#else
+#define GEMM_PAIR_TRACE_NOW() 0ull
+#define GEMM_PAIR_TRACE_BEGIN(entry, t) ((void)(t))
+#define GEMM_PAIR_TRACE(i) ((void)0)
+#endif
