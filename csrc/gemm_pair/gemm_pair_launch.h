@@ -9,15 +9,17 @@ namespace cute_ops {
 namespace gemm_pair {
 
 // (block_m, block_k, stages, warps along M x N, L2 prefetch bytes; block_n is kGemmPairBlockN), measured on an H100
-// (docs/perf-notes.md, gemm_pair). block_m 16 and 64 serve decode-sized M, where tiles stream
-// weights: what counts is the DRAM access pattern and the bytes in flight. A 256-byte L2 prefetch
-// (block_m 16) or 128-wide K tiles (block_m 64) read each weight row in 256-byte runs: 5-14% faster
-// than 128-byte runs; deeper rings (6 stages) were slower. block_m 128 (2 x 2 warps of 64 x 64)
-// serves the compute-bound large M; 8 warps or 4 stages were 20-30% slower there.
+// and an H200 (docs/perf-notes.md, gemm_pair). block_m 16 and 64 serve decode-sized M, where tiles
+// stream weights: what counts is the DRAM access pattern and the bytes in flight. A 256-byte L2
+// prefetch (block_m 16) or 128-wide K tiles (block_m 64) read each weight row in 256-byte runs:
+// 5-14% faster than 128-byte runs; deeper rings (6 stages) were slower. block_m 64 fits one CTA
+// an SM, whose mma.sync issue then limits it: 8 warps (2 x 4, warp tile 32 x 32) were 5% faster
+// at M = 64 than 4 on both GPUs. block_m 128 (2 x 2 warps of 64 x 64) serves the compute-bound
+// large M; 8 warps or 4 stages were 20-30% slower there.
 template <int kBlockM, typename Element>
 struct TileConfig;
 template <typename E> struct TileConfig<16, E> { using type = GemmPairTraits<16, 64, 4, 1, 4, E, 256>; };
-template <typename E> struct TileConfig<64, E> { using type = GemmPairTraits<64, 128, 3, 2, 2, E, 256>; };
+template <typename E> struct TileConfig<64, E> { using type = GemmPairTraits<64, 128, 3, 2, 4, E, 256>; };
 template <typename E> struct TileConfig<128, E> { using type = GemmPairTraits<128, 64, 3, 2, 2, E>; };
 
 template <typename Traits>
