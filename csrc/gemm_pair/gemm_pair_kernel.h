@@ -49,7 +49,10 @@ __device__ __forceinline__ int ready_index(const GemmPairParams& p, int m_block,
   return p.tile_sync ? m_block * p.splits + split : m_block;
 }
 
-template <typename Traits>
+// kSplitK0: whether GEMM0 may be split along K. A separate instantiation, because the reduction's
+// code in the kernel changes how the compiler schedules the mainloop: the 128-row config ran 3.5%
+// slower at M = 128 with it compiled in, though unused (docs/perf-notes.md).
+template <typename Traits, bool kSplitK0>
 __device__ __forceinline__ void gemm0_tile(const GemmPairParams& p, int m_block, int tile_n, int split, char* smem) {
   using Element = typename Traits::Element;
   const int row0 = m_block * Traits::kBlockM, rows = min(Traits::kBlockM, p.m - row0);
@@ -61,7 +64,7 @@ __device__ __forceinline__ void gemm0_tile(const GemmPairParams& p, int m_block,
                    [] { GEMM_PAIR_TRACE(1); });
   GEMM_PAIR_TRACE(2);
   float* sC = stage_accumulators<Traits>(acc, smem);
-  if (p.splits0 > 1) {
+  if constexpr (kSplitK0) {
     const int64_t split_stride = static_cast<int64_t>(p.m) * p.n0;
     if (!publish_partial<Traits>(sC, p.partials0, split_stride, p.n0, row0, rows, col0, cols, split,
                                  p.arrived0 + m_block * p.n0_tiles + tile_n, p.splits0)) {
@@ -110,7 +113,7 @@ __device__ __forceinline__ void gemm1_tile(const GemmPairParams& p, int m_block,
   GEMM_PAIR_TRACE(3);
 }
 
-template <typename Traits>
+template <typename Traits, bool kSplitK0>
 __global__ void __launch_bounds__(Traits::kNThreads) gemm_pair_kernel(const __grid_constant__ GemmPairParams p) {
   extern __shared__ __align__(128) char smem[];
   __shared__ int4 tile;
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) gemm_pair_kernel(const __gr
   __syncthreads();
   const int4 t = tile;  // (gemm, m block, n tile, K-split)
   if (t.x == 0) {
-    gemm0_tile<Traits>(p, t.y, t.z, t.w, smem);
+    gemm0_tile<Traits, kSplitK0>(p, t.y, t.z, t.w, smem);
   } else {
     gemm1_tile<Traits>(p, t.y, t.z, t.w, smem);
   }

@@ -22,10 +22,10 @@ template <typename E> struct TileConfig<16, E> { using type = GemmPairTraits<16,
 template <typename E> struct TileConfig<64, E> { using type = GemmPairTraits<64, 128, 3, 2, 4, E, 256>; };
 template <typename E> struct TileConfig<128, E> { using type = GemmPairTraits<128, 64, 3, 2, 2, E>; };
 
-template <typename Traits>
+template <typename Traits, bool kSplitK0 = false>
 auto prepared_kernel() {
   constexpr int kSmem = Traits::kSmemBytes;
-  auto kernel = &gemm_pair_kernel<Traits>;
+  auto kernel = &gemm_pair_kernel<Traits, kSplitK0>;
   if constexpr (kSmem > 48 * 1024) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                "gemm_pair shared memory");
@@ -35,7 +35,8 @@ auto prepared_kernel() {
 
 template <typename Traits>
 void launch_gemm_pair(const GemmPairParams& p, cudaStream_t stream) {
-  auto kernel = prepared_kernel<Traits>();
+  // GEMM0's K-split has its own instantiation (gemm_pair_kernel.h says why).
+  auto kernel = p.splits0 > 1 ? prepared_kernel<Traits, true>() : prepared_kernel<Traits, false>();
   kernel<<<p.num_tiles, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
   CUTE_OPS_CHECK_LAUNCH("gemm_pair launch");
 }
@@ -47,7 +48,8 @@ void run_gemm_pair_(const GemmPairParams& p, cudaStream_t stream) {
   gemm_pair::launch_gemm_pair<typename gemm_pair::TileConfig<kBlockM, Element>::type>(p, stream);
 }
 
-// CTAs of this config that fit on one SM of the current device.
+// CTAs of this config that fit on one SM of the current device (the instantiation without GEMM0's
+// K-split: the op asks before it picks the split).
 template <typename Element, int kBlockM>
 int gemm_pair_ctas_per_sm_() {
   using Traits = typename gemm_pair::TileConfig<kBlockM, Element>::type;
