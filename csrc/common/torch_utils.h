@@ -36,6 +36,17 @@ inline void check_aligned(const at::Tensor& t, int64_t bytes, const char* op, co
               "'s data pointer must be ", bytes, "-byte aligned (a view with a storage offset may not be)");
 }
 
+// An fp16/bf16 CUDA operand on `ref`'s device with `ref`'s dtype (`ref_name` names ref in the message).
+inline void check_half_operand(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* name,
+                               const char* ref_name) {
+  check_cuda_tensor(t, op, name);
+  check_same_device(ref, t, op, name);
+  TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, op, ": ", name,
+              " must be float16 or bfloat16, got ", t.scalar_type());
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": ", name, " has dtype ", t.scalar_type(), ", ", ref_name,
+              " has ", ref.scalar_type());
+}
+
 // Stride, in elements, between consecutive rows when all leading dims of `t` collapse into one
 // row index (as a view, without a copy); -1 if they do not.
 inline int64_t collapsed_row_stride(const at::Tensor& t, int64_t inner_dims) {
@@ -53,12 +64,7 @@ inline int64_t collapsed_row_stride(const at::Tensor& t, int64_t inner_dims) {
 inline void check_attention_tensor(const at::Tensor& t, const at::Tensor& q, const char* op, const char* name,
                                    int64_t dims) {
   constexpr int64_t kAlignElems = 8;
-  check_cuda_tensor(t, op, name);
-  check_same_device(q, t, op, name);
-  TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, op, ": ", name,
-              " must be float16 or bfloat16, got ", t.scalar_type());
-  TORCH_CHECK(t.scalar_type() == q.scalar_type(), op, ": ", name, " has dtype ", t.scalar_type(), ", q has ",
-              q.scalar_type());
+  check_half_operand(t, q, op, name, "q");
   TORCH_CHECK(t.dim() == dims, op, ": ", name, " must have ", dims, " dims, got shape ", t.sizes());
   TORCH_CHECK(t.stride(-1) == 1, op, ": ", name, "'s last dim must be contiguous, got strides ", t.strides());
   for (int64_t i = 0; i + 1 < dims; ++i) {

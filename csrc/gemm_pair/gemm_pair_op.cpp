@@ -39,34 +39,6 @@ int ctas_per_sm(int block_m, bool is_bf16) {
 
 int auto_block_m(int64_t m) { return m <= 16 ? 16 : m <= 64 ? 64 : 128; }
 
-// GEMM0 has n0 / 128 tiles a row block (224 for LLaMA-3-8B), fewer than a GPU's CTA slots at
-// decode sizes when several CTAs fit on an SM (396 slots at block_m 16). The first wave is then
-// GEMM0 and waiting GEMM1 CTAs, and consecutive tickets tend to go to CTAs of one SM: GEMM0 piles
-// up three to an SM on some SMs and leaves others none (measured: GEMM0 streams at 3.3 instead of
-// 4.0 TB/s on an H200). When GEMM0's tiles fill at most two thirds of the slots, split it along K
-// into about two waves of slots, so that every SM streams GEMM0 and a freed slot takes the next
-// split; no split shorter than 512 columns. (With one CTA an SM, or GEMM0 filling most slots,
-// splitting measured slower: docs/perf-notes.md.)
-int64_t auto_split_k0(const Geometry& g, int64_t slots, int ctas_per_sm) {
-  const int64_t tiles = g.m_blocks() * g.n0_tiles();
-  if (ctas_per_sm < 2 || 3 * tiles > 2 * slots) return 0;
-  const int64_t splits = std::min(gemm_pair::ceil_div(2 * slots, tiles), std::max<int64_t>(1, g.k / 512));
-  if (splits <= 1) return 0;
-  return gemm_pair::ceil_div(gemm_pair::ceil_div(g.k, splits), 256) * 256;
-}
-
-// GEMM1 has n1 / 128 output tiles a row block (32 for LLaMA-3-8B): at decode sizes too few to
-// fill the GPU, so it is split along K until its tiles alone fill about one wave of CTA slots,
-// but no split narrower than 256 h columns.
-int64_t auto_split_k1(const Geometry& g, int64_t slots) {
-  const int64_t tiles = g.m_blocks() * g.n1_tiles();
-  if (tiles >= slots) return 0;
-  const int64_t per_tile = g.h_cols_per_tile0();
-  const int64_t splits = std::min(gemm_pair::ceil_div(slots, tiles), std::max<int64_t>(1, g.h_width() / 256));
-  if (splits <= 1) return 0;
-  return gemm_pair::ceil_div(gemm_pair::ceil_div(g.h_width(), splits), per_tile) * per_tile;
-}
-
 // Order tables live on the device for the life of the process, one per (device, geometry,
 // policy): building and uploading one is a host loop and a blocking copy, paid once.
 at::Tensor order_table(const Geometry& g, Policy policy, bool tile_sync, int64_t lag, const at::Device& device,
@@ -96,12 +68,7 @@ at::Tensor order_table(const Geometry& g, Policy policy, bool tile_sync, int64_t
 }
 
 void check_operand(const at::Tensor& t, const at::Tensor& a, const char* name) {
-  check_cuda_tensor(t, kOp, name);
-  check_same_device(a, t, kOp, name);
-  TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, kOp, ": ", name,
-              " must be float16 or bfloat16, got ", t.scalar_type());
-  TORCH_CHECK(t.scalar_type() == a.scalar_type(), kOp, ": ", name, " has dtype ", t.scalar_type(), ", a has ",
-              a.scalar_type());
+  check_half_operand(t, a, kOp, name, "a");
   TORCH_CHECK(t.dim() == 2, kOp, ": ", name, " must be 2-D, got shape ", t.sizes());
   check_aligned(t, 16, kOp, name);
 }
@@ -146,9 +113,9 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   const int64_t slots = int64_t{device_info(a.device().index()).sms} * per_sm;
   TORCH_CHECK(split_k0 < 0 || split_k0 % 8 == 0, kOp, ": split_k0 must be -1 (automatic), 0 (no split) or a "
               "multiple of 8, got ", split_k0);
-  g.split_k0 = split_k0 < 0 ? auto_split_k0(g, slots, per_sm) : split_k0;
+  g.split_k0 = split_k0 < 0 ? gemm_pair::auto_split_k0(g, slots, per_sm) : split_k0;
   if (g.split_k0 >= k) g.split_k0 = 0;  // one split
-  g.split_k1 = split_k1 < 0 ? auto_split_k1(g, slots) : split_k1;
+  g.split_k1 = split_k1 < 0 ? gemm_pair::auto_split_k1(g, slots) : split_k1;
   if (g.split_k1 >= h_width) g.split_k1 = 0;  // one split
   TORCH_CHECK(g.split_k1 % g.h_cols_per_tile0() == 0, kOp, ": split_k1 must be -1 (automatic), 0 (no split) or a "
               "multiple of the ", g.h_cols_per_tile0(), " h columns a GEMM0 tile makes, got ", split_k1);

@@ -77,6 +77,36 @@ struct Geometry {
   }
 };
 
+// The op's automatic K-splits (-1 for split_k0 / split_k1), given the launch's CTA slots (SMs x
+// CTAs an SM of the tile config). Here so that profiling tools pick the same splits.
+// GEMM0 has n0 / 128 tiles a row block (224 for LLaMA-3-8B), fewer than a GPU's CTA slots at
+// decode sizes when several CTAs fit on an SM (396 slots at block_m 16). The first wave is then
+// GEMM0 and waiting GEMM1 CTAs, and consecutive tickets tend to go to CTAs of one SM: GEMM0 piles
+// up three to an SM on some SMs and leaves others none (measured: GEMM0 streams at 3.3 instead of
+// 4.0 TB/s on an H200). When GEMM0's tiles fill at most two thirds of the slots, split it along K
+// into about two waves of slots, so that every SM streams GEMM0 and a freed slot takes the next
+// split; no split shorter than 512 columns. (With one CTA an SM, or GEMM0 filling most slots,
+// splitting measured slower: docs/perf-notes.md.)
+inline int64_t auto_split_k0(const Geometry& g, int64_t slots, int ctas_per_sm) {
+  const int64_t tiles = g.m_blocks() * g.n0_tiles();
+  if (ctas_per_sm < 2 || 3 * tiles > 2 * slots) return 0;
+  const int64_t splits = std::min(ceil_div(2 * slots, tiles), std::max<int64_t>(1, g.k / 512));
+  if (splits <= 1) return 0;
+  return ceil_div(ceil_div(g.k, splits), 256) * 256;
+}
+
+// GEMM1 has n1 / 128 output tiles a row block (32 for LLaMA-3-8B): at decode sizes too few to
+// fill the GPU, so it is split along K until its tiles alone fill about one wave of CTA slots,
+// but no split narrower than 256 h columns.
+inline int64_t auto_split_k1(const Geometry& g, int64_t slots) {
+  const int64_t tiles = g.m_blocks() * g.n1_tiles();
+  if (tiles >= slots) return 0;
+  const int64_t per_tile = g.h_cols_per_tile0();
+  const int64_t splits = std::min(ceil_div(slots, tiles), std::max<int64_t>(1, g.h_width() / 256));
+  if (splits <= 1) return 0;
+  return ceil_div(ceil_div(g.h_width(), splits), per_tile) * per_tile;
+}
+
 constexpr int64_t kGroupN = 8;  // the "sequential" order's column group (GROUP_N in the model)
 
 using Entry = std::array<int32_t, 4>;  // (gemm, m block, n tile, K-split)

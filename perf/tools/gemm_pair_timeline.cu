@@ -10,7 +10,7 @@
 //        perf/tools/gemm_pair_timeline.cu -o build/gemm_pair_timeline
 //   [BLOCK_M=16|64|128] build/gemm_pair_timeline M [SPLIT_K0:SPLIT_K1 ...]
 // SPLIT_K0: K columns a GEMM0 split reads, SPLIT_K1: h columns a GEMM1 split reads; -1 picks as the
-// op does (gemm_pair_op.cpp), 0 does not split. Default: -1:-1.
+// op does (tile_order.h), 0 does not split. Default: -1:-1.
 #define CUTE_OPS_GEMM_PAIR_TRACE
 #include <algorithm>
 #include <cmath>
@@ -98,21 +98,11 @@ int main(int argc, char** argv) {
   fill_kernel<<<1024, 256>>>(b1, size_t(H) * I, 3);
   const double weight_bytes = 2.0 * (double(N0) * H + double(H) * I);
 
-  // The op's automatic split (gemm_pair_op.cpp, auto_split_k1), or the ones asked for.
+  // The op's automatic splits (tile_order.h), or the ones asked for.
   gemm_pair::Geometry g;
   g.m = M, g.k = H, g.n0 = N0, g.n1 = H, g.gated = true, g.block_m = block_m;
-  auto auto_split0 = [&] {
-    const int64_t tiles = g.m_blocks() * g.n0_tiles();
-    if (per_sm < 2 || 3 * tiles > 2 * slots) return int64_t(0);
-    const int64_t splits = std::min(gemm_pair::ceil_div(2 * slots, tiles), std::max<int64_t>(1, g.k / 512));
-    return splits <= 1 ? 0 : gemm_pair::ceil_div(gemm_pair::ceil_div(g.k, splits), 256) * 256;
-  };
-  auto auto_split = [&] {
-    const int64_t tiles = g.m_blocks() * g.n1_tiles();
-    if (tiles >= slots) return int64_t(0);
-    const int64_t splits = std::min(gemm_pair::ceil_div(slots, tiles), std::max<int64_t>(1, g.h_width() / 256));
-    return splits <= 1 ? 0 : gemm_pair::ceil_div(gemm_pair::ceil_div(g.h_width(), splits), 64) * 64;
-  };
+  auto auto_split0 = [&] { return gemm_pair::auto_split_k0(g, slots, per_sm); };
+  auto auto_split = [&] { return gemm_pair::auto_split_k1(g, slots); };
   std::vector<std::pair<int64_t, int64_t>> split_list;
   for (int i = 2; i < argc; ++i) {
     int s0 = -1, s1 = -1;
