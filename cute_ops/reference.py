@@ -1,32 +1,35 @@
-"""Plain PyTorch versions of the ops. Tests call them on float32/float64 copies as the reference;
-benchmarks call them in the working dtype as the `torch_eager` and `torch_compile` baselines."""
+"""Plain PyTorch versions of the ops. Tests call them on float64 copies as the reference, and with
+``upcast=False`` in the working dtype for PyTorch's own low-precision error (the yardstick of the
+tests' error bounds); benchmarks call them in the working dtype as the `torch_eager` and
+`torch_compile` baselines."""
 from __future__ import annotations
 
 import torch
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """RMSNorm as a LLaMA model writes it, with float32 (or wider) statistics."""
-    acc = torch.promote_types(x.dtype, torch.float32)
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, upcast: bool = True) -> torch.Tensor:
+    """RMSNorm as a LLaMA model writes it, with float32 (or wider) statistics; ``upcast=False``
+    computes every step in x's dtype."""
+    acc = torch.promote_types(x.dtype, torch.float32) if upcast else x.dtype
     xf = x.to(acc)
     inv_rms = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (xf * inv_rms * weight.to(acc)).to(x.dtype)
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                       eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+                       eps: float = 1e-6, upcast: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns ``(out, new_residual)``; the sum is rounded to the residual's dtype first."""
     new_residual = (residual.to(torch.float32) + x.to(torch.float32)).to(residual.dtype) \
         if residual.dtype != torch.float64 else residual + x
-    return rms_norm(new_residual, weight, eps), new_residual
+    return rms_norm(new_residual, weight, eps, upcast), new_residual
 
 
 def rotary_embedding(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
-                     cos_sin_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Out-of-place rotate-half RoPE; returns new ``(q, k)``."""
+                     cos_sin_cache: torch.Tensor, upcast: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Out-of-place rotate-half RoPE; returns new ``(q, k)``. ``upcast=False`` rotates in q's dtype."""
     rot_dim = cos_sin_cache.shape[1]
     half = rot_dim // 2
-    acc = torch.promote_types(q.dtype, torch.float32)
+    acc = torch.promote_types(q.dtype, torch.float32) if upcast else q.dtype
     cs = cos_sin_cache[positions.long()].to(acc)            # [..., rot_dim]
     cos, sin = cs[..., :half].unsqueeze(-2), cs[..., half:].unsqueeze(-2)  # [..., 1, half]
 
@@ -39,7 +42,7 @@ def rotary_embedding(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
-              causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+              causal: bool = False, upcast: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact attention with flash_fwd's layout and rules; returns ``(out, lse)``.
 
     q ``[batch, seqlen_q, heads_q, head_dim]``, k and v ``[batch, seqlen_k, heads_kv, head_dim]``;
@@ -47,8 +50,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
     ``j <= i + seqlen_k - seqlen_q`` (bottom-right aligned); a query left with no key gets out = 0
     and lse = -inf. Computed in q's dtype promoted to at least float32; out is returned in q's dtype
     and lse ``[batch, heads_q, seqlen_q]`` in the computation dtype.
+
+    ``upcast=False`` is the same math in q's dtype, as PyTorch eager runs it on 16-bit tensors
+    (scores rounded, softmax rounded, P @ V rounded): the low-precision yardstick of the tests.
     """
-    acc = torch.promote_types(q.dtype, torch.float32)
+    acc = torch.promote_types(q.dtype, torch.float32) if upcast else q.dtype
     seqlen_q, heads_q, head_dim = q.shape[1], q.shape[2], q.shape[3]
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     scale = head_dim ** -0.5 if softmax_scale is None else softmax_scale
@@ -62,8 +68,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         j = torch.arange(seqlen_k, device=q.device)
         scores = scores.masked_fill(j > i + (seqlen_k - seqlen_q), float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)                                   # -inf where no key is seen
-    # Subtracting 0 instead of -inf on such rows gives exp(-inf) = 0 rather than NaN: out = 0.
-    probs = torch.exp(scores - lse.masked_fill(lse == float("-inf"), 0).unsqueeze(-1))
+    if upcast:
+        # Subtracting 0 instead of -inf on such rows gives exp(-inf) = 0 rather than NaN: out = 0.
+        probs = torch.exp(scores - lse.masked_fill(lse == float("-inf"), 0).unsqueeze(-1))
+    else:  # softmax of a fully masked row is NaN: such rows get 0, as above
+        probs = torch.softmax(scores, dim=-1).masked_fill((lse == float("-inf")).unsqueeze(-1), 0)
     out = (probs @ vf).transpose(1, 2).to(q.dtype)
     return out, lse
 
@@ -88,13 +97,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
                      block_table: torch.Tensor | None = None, rotary_cos: torch.Tensor | None = None,
                      rotary_sin: torch.Tensor | None = None, softmax_scale: float | None = None,
-                     causal: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                     causal: bool = True, upcast: bool = True,
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """flash_decode's result, computed sequence by sequence without touching the inputs; returns
     ``(out, lse, k_cache, v_cache)`` with the caches as they should be after the call (copies).
 
     The new tokens (q, and k_new/v_new when given) are rotated in the inputs' dtype, as the kernel
     stores them; attention is :func:`attention` in at least float32 with the diagonal aligned
-    bottom-right, so that new token i sees the keys up to its own position."""
+    bottom-right, so that new token i sees the keys up to its own position (``upcast`` as there)."""
     k_cache, v_cache = k_cache.clone(), v_cache.clone()
     batch, tokens = q.shape[:2]
     page_size = k_cache.shape[1]
@@ -121,7 +131,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         else:
             pages = block_table[b, keys // page_size].long()
             kb, vb = k_cache[pages, keys % page_size], v_cache[pages, keys % page_size]
-        out, lse = attention(qb, kb[None], vb[None], softmax_scale, causal)
+        out, lse = attention(qb, kb[None], vb[None], softmax_scale, causal, upcast)
         outs.append(out)
         lses.append(lse)
     return torch.cat(outs), torch.cat(lses), k_cache, v_cache

@@ -35,6 +35,30 @@ def poison_allocator(*nbytes: int, device: str = "cuda") -> None:
     [torch.full(((n + 3) // 4,), float("nan"), dtype=torch.float32, device=device) for n in nbytes]
 
 
+def assert_close_to_reference(out: torch.Tensor, expected: torch.Tensor, lowp: torch.Tensor, *, k: float = 2.0,
+                               what: str = "out") -> None:
+    """Our output against a float64 reference, with the error bounded by PyTorch's own error on the
+    same math in the working dtype (as flash-attn's tests do): ``max|out - expected|`` may be at most
+    ``k`` times ``max|lowp - expected|``, plus half an ulp of the output dtype at the largest
+    ``|expected|`` (one rounding of the output, so that an exactly rounded result always passes).
+
+    An absolute tolerance cannot do this: attention outputs over a thousand keys are ~0.03, so a
+    bf16 atol of 2e-2 would pass a wrong V page. This bound scales with the problem; the tests that
+    call it state their k, and each family has a planted-bug test showing the bound fails a small
+    bug (one wrong 16-key group, one skipped element)."""
+    assert out.shape == expected.shape == lowp.shape, (out.shape, expected.shape, lowp.shape)
+    if out.numel() == 0:
+        return
+    assert not out.isnan().any(), f"{what}: NaN in our output (unwritten, poisoned elements?)"
+    expected = expected.double()
+    err = (out.double() - expected).abs().max().item()
+    base = (lowp.double() - expected).abs().max().item()
+    floor = 0.5 * torch.finfo(out.dtype).eps * expected.abs().max().item()
+    bound = k * base + floor
+    assert err <= bound, (f"{what}: max error {err:.3g} against the float64 reference exceeds {k} x PyTorch's own "
+                          f"{lowp.dtype} error ({base:.3g}) + half an ulp ({floor:.3g}) = {bound:.3g}")
+
+
 def tolerances(dtype: torch.dtype) -> dict:
     """Output compared with a float64 reference: one or two rounding steps of the output dtype plus
     float32 accumulation."""
