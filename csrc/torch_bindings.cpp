@@ -34,6 +34,14 @@ at::Tensor gemm_pair_order(int64_t m, int64_t k, int64_t n0, int64_t n1, const s
 }  // namespace
 
 TORCH_LIBRARY(cute_ops, m) {
+  // ---- device-side errors (csrc/common/device_errors.*; cute_ops/errors.py) --------------------
+  // Bad lengths, pages or positions found on the device are recorded per device ("record" mode)
+  // or trap ("trap", for debugging). device_errors returns [reports, op, code, sequence, value,
+  // aux, aux2] of one device's status; wait synchronises the device first; reset zeroes it.
+  m.def("device_errors(int device, bool wait=True, bool reset=True) -> int[]");
+  m.def("set_device_error_mode(str mode) -> ()");
+  m.def("get_device_error_mode() -> str");
+
   // ---- norm (csrc/norm) -------------------------------------------------------------------
   // out = x / sqrt(mean(x^2) + eps) * weight, over the last dim.
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
@@ -87,6 +95,9 @@ TORCH_LIBRARY(cute_ops, m) {
   m.def("gemm_pair_order(int m, int k, int n0, int n1, str activation, str policy, str granularity, int block_m, "
         "int split_k0, int split_k1, int lag) -> Tensor",
         &gemm_pair_order);
+  // Test support (csrc/gemm_pair/hold_sms.h): launches num_ctas CTAs that each fill an SM's shared
+  // memory, count themselves in control[0] (int32) and wait until control[1] != 0.
+  m.def("_hold_sms(Tensor(a!) control, int num_ctas) -> ()");
 }
 
 CUTE_OPS_REGISTER_EXTENSION(TORCH_EXTENSION_NAME)

@@ -5,6 +5,8 @@ csrc/<family>/; every op schema is declared in csrc/torch_bindings.cpp.
 """
 from ._library import cuda_kernels_available, schemas_loaded
 from .decode import flash_decode
+from .errors import (DeviceDataError, DeviceError, check_errors, get_device_error_mode, read_errors,
+                     set_device_error_mode)
 from .flash import flash_attn_func, flash_attn_varlen_func, flash_fwd, flash_fwd_varlen
 from .gemm_pair import fused_mlp, gemm_pair, pack_gate_up, unpack_gate_up
 from .norm import fused_add_rms_norm, rms_norm
@@ -13,7 +15,10 @@ from .rope import Llama3RopeScaling, rope_cos_sin_cache, rope_inv_freq, rotary_e
 __version__ = "0.1.0"
 
 __all__ = [
+    "check_errors",
     "cuda_kernels_available",
+    "DeviceDataError",
+    "DeviceError",
     "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_decode",
@@ -22,12 +27,15 @@ __all__ = [
     "fused_add_rms_norm",
     "fused_mlp",
     "gemm_pair",
+    "get_device_error_mode",
     "Llama3RopeScaling",
     "pack_gate_up",
+    "read_errors",
     "rms_norm",
     "rope_cos_sin_cache",
     "rope_inv_freq",
     "rotary_embedding",
     "schemas_loaded",
+    "set_device_error_mode",
     "unpack_gate_up",
 ]

@@ -55,9 +55,9 @@ def _check_args(op, q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_tabl
         if block_table.shape[0] != batch or (block_table.shape[1] > 1 and block_table.stride(1) != 1):
             raise ValueError(f"{op}: block_table must be [batch ({batch}), max_pages] with contiguous rows, got "
                              f"shape {tuple(block_table.shape)} strides {block_table.stride()}")
-        if k_cache.shape[1] % 16:
-            raise ValueError(f"{op}: a paged cache is [num_pages, page_size, heads_kv, head_dim] with page_size a "
-                             f"multiple of 16, got {tuple(k_cache.shape)}")
+        if k_cache.shape[1] % 16 or k_cache.shape[0] < 1:
+            raise ValueError(f"{op}: a paged cache is [num_pages, page_size, heads_kv, head_dim] with at least one "
+                             f"page and page_size a multiple of 16, got {tuple(k_cache.shape)}")
     if (k_new is None) != (v_new is None):
         raise ValueError(f"{op}: k_new and v_new go together")
     for name, t in (("k_new", k_new), ("v_new", v_new)):
@@ -116,11 +116,16 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         num_splits: 0 picks the number of CTAs that share one sequence's keys from the SM count,
             batch, heads and cache capacity; 1..128 forces it (the results agree within rounding).
 
-    Lengths live on the device and are checked there: a sequence that does not fit its cache or
-    block table, a block_table entry that is not a page of the cache, or a position past the
-    rotary table stops the kernel with a message, and the next synchronising call raises (as
-    PyTorch's own index checks do). Capturable in a CUDA graph and replayable with new
-    cache_seqlens: the split count depends only on shapes.
+    Lengths, pages and positions live on the device and are checked there, before any use: a
+    negative cache_seqlens, a sequence that does not fit its cache or block table, a block_table
+    entry that is not a page of the cache, or a position past the rotary table makes that
+    sequence's out and lse NaN and leaves its cache rows unwritten; every other sequence's outputs
+    and cache rows are exactly those of a batch without it, nothing is read or written out of
+    bounds, and :func:`cute_ops.check_errors` raises a :class:`cute_ops.DeviceDataError` naming
+    the sequence and the value (``cute_ops.set_device_error_mode("trap")`` stops the kernel
+    instead, for debugging). A NaN in the cache propagates to the rows that read it, whatever the
+    split count. Capturable in a CUDA graph and replayable with new cache_seqlens: the split count
+    depends only on shapes.
 
     Returns:
         ``(out, lse)``: out ``[batch, tokens, heads_q, head_dim]`` in q's dtype, contiguous; lse

@@ -127,9 +127,14 @@ def flash_fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         max_seqlen_k: an int >= 1, at least every key length.
         softmax_scale, causal: as for :func:`flash_fwd`.
 
-    Nothing checks the offsets' values, since reading them on the host would need a sync: that
-    they start at 0, never decrease, end at total_q and total_k, and give no sequence longer than
-    max_seqlen_q and max_seqlen_k is up to the caller.
+    The offsets live on the device and are checked there, not on the host (which would need a
+    sync): a sequence whose offsets are not within the rows of q (k) in order, or that is longer
+    than max_seqlen_q (max_seqlen_k), gets NaN in its rows of out and lse, nothing is read or
+    written out of bounds, the other sequences are computed as usual, and
+    :func:`cute_ops.check_errors` raises a :class:`cute_ops.DeviceDataError` naming it. Rows of q
+    before ``cu_seqlens_q[0]`` or after ``cu_seqlens_q[-1]`` (padding of a fixed-size buffer)
+    belong to no sequence and get out = 0 and lse = -inf. Overlapping sequences (a decreasing
+    cu_seqlens) are reported where the offsets decrease; the rows they share are then undefined.
 
     Returns:
         ``(out, lse)``: out ``[total_q, heads_q, head_dim]``, contiguous, q's dtype; lse float32

@@ -103,8 +103,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     ``(out, lse, k_cache, v_cache)`` with the caches as they should be after the call (copies).
 
     The new tokens (q, and k_new/v_new when given) are rotated in the inputs' dtype, as the kernel
-    stores them; attention is :func:`attention` in at least float32 with the diagonal aligned
-    bottom-right, so that new token i sees the keys up to its own position (``upcast`` as there)."""
+    stores them; attention is :func:`attention` with the diagonal aligned bottom-right, so that new
+    token i sees the keys up to its own position, in float64 (out and lse float64), or with
+    ``upcast=False`` in the inputs' dtype (PyTorch's own low-precision error)."""
     k_cache, v_cache = k_cache.clone(), v_cache.clone()
     batch, tokens = q.shape[:2]
     page_size = k_cache.shape[1]
@@ -131,6 +132,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         else:
             pages = block_table[b, keys // page_size].long()
             kb, vb = k_cache[pages, keys % page_size], v_cache[pages, keys % page_size]
+        qb, kb, vb = (t.double() if upcast else t for t in (qb, kb, vb))
         out, lse = attention(qb, kb[None], vb[None], softmax_scale, causal, upcast)
         outs.append(out)
         lses.append(lse)

@@ -72,6 +72,9 @@ def _check_args(op: str, q, k, positions, cos_sin_cache) -> None:
                          f"like q {tuple(q.shape)}, got {tuple(k.shape)}")
     _checks.check_shape(op, "positions", positions, token_shape)
     rot_dim = cos_sin_cache.shape[1]
+    if cos_sin_cache.shape[0] < 1:
+        raise ValueError(f"{op}: cos_sin_cache must have at least one row (position), got shape "
+                         f"{tuple(cos_sin_cache.shape)}")
     if rot_dim % 2 or rot_dim > q.shape[-1]:
         raise ValueError(f"{op}: cos_sin_cache's rot_dim ({rot_dim}) must be even and at most "
                          f"head_dim ({q.shape[-1]})")
@@ -95,8 +98,10 @@ def rotary_embedding(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
         q: ``[..., num_heads, head_dim]`` (e.g. ``[tokens, H, D]`` or ``[B, S, H, D]``), fp16/bf16/
             fp32. Only the last dim must be contiguous, so views of a fused QKV output work.
         k: ``[..., num_kv_heads, head_dim]`` with q's leading dims and dtype.
-        positions: int64 or int32, shaped like q's leading dims; each in ``[0, max_position)``
-            (not checked on the device).
+        positions: int64 or int32, shaped like q's leading dims; each in ``[0, max_position)``.
+            Checked on the device: a token whose position is outside the table gets NaN in its
+            rotated dims of q and k (nothing is read out of bounds) and the error is recorded for
+            :func:`cute_ops.check_errors` (see there for the "trap" debug mode).
         cos_sin_cache: ``[max_position, rot_dim]`` from :func:`rope_cos_sin_cache`, float32 or q's dtype.
     """
     _check_args("rotary_embedding", q, k, positions, cos_sin_cache)

@@ -28,6 +28,22 @@ def _seed(request):
     torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
+@pytest.fixture(autouse=True)
+def _no_device_errors(request):
+    """Every GPU test starts with a clear device-error status (cute_ops.errors) and must leave it
+    clear: a test that provokes bad device data reads the error itself (check_errors resets it),
+    so an error found here is one that nobody expected."""
+    if not HAS_GPU or "gpu" not in request.keywords:
+        yield
+        return
+    import cute_ops
+
+    cute_ops.read_errors()
+    yield
+    error = cute_ops.read_errors()
+    assert error is None, f"the test left a device-side error behind: {error.message}"
+
+
 def poison_allocator(*nbytes: int, device: str = "cuda") -> None:
     """Fill one block of the caching allocator per size with NaN and free them, so that an op's
     outputs that are allocated next, of up to these sizes, start as NaN: every element the op fails

@@ -3,6 +3,7 @@ attention, combine, append with RoPE) against a float64 reference, contiguous an
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -14,12 +15,15 @@ from torch._subclasses import FakeTensorMode
 
 import cute_ops
 from cute_ops import reference as ref
-from conftest import capture_graph, poison_allocator
+from conftest import assert_close_to_reference, capture_graph, poison_allocator
 
 DTYPES = [torch.float16, torch.bfloat16]
-# As for flash_fwd: P rounded to the input dtype before P @ V, and the output rounded once more;
-# lse in float32 throughout.
-OUT_TOL = {torch.float16: dict(atol=4e-3, rtol=2e-3), torch.bfloat16: dict(atol=2e-2, rtol=1.6e-2)}
+# out: at most K_OUT times PyTorch's own error on the same attention in the working dtype (scores,
+# probabilities and P @ V each rounded), both against float64 (conftest.assert_close_to_reference).
+# Ours rounds P once and the output once, with float32 scores and sums, so it is usually well
+# inside PyTorch's error; 2 leaves room for the order of float32 sums.
+K_OUT = 2.0
+# lse sees no 16-bit rounding past the inputs: float32 scores, row maxima and sums.
 LSE_TOL = dict(atol=1e-3, rtol=1e-4)
 
 
@@ -116,6 +120,8 @@ def _args(**over):
     (dict(k_cache=_meta(3, 64, 2, 128), v_cache=_meta(3, 64, 2, 128)), "paged cache needs block_table"),
     (dict(k_cache=_meta(9, 24, 2, 128), v_cache=_meta(9, 24, 2, 128),
           block_table=_meta(2, 4, dtype=torch.int32)), "page_size a\\s+multiple of 16"),
+    (dict(k_cache=_meta(0, 16, 2, 128), v_cache=_meta(0, 16, 2, 128),
+          block_table=_meta(2, 4, dtype=torch.int32)), "at least one\\s+page"),
     (dict(block_table=_meta(3, 4, dtype=torch.int32)), "block_table must be"),
     (dict(k_new=_meta(2, 1, 2, 128)), "k_new and v_new go together"),
     (dict(k_new=_meta(2, 2, 2, 128), v_new=_meta(2, 2, 2, 128)), "k_new must have shape"),
@@ -135,11 +141,19 @@ def test_input_checks(over, match):
 
 
 # ---------------------------------------------------------------- GPU: kernels
+def _references(q, k_cache, v_cache, lengths, k_new=None, v_new=None, block_table=None, rotary=None,
+                causal=True, softmax_scale=None):
+    """(float64 reference (out, lse, k_cache, v_cache), PyTorch's out in the working dtype)."""
+    cos, sin = rotary if rotary is not None else (None, None)
+    args = (q, k_cache, v_cache, lengths, k_new, v_new, block_table, cos, sin, softmax_scale, causal)
+    return ref.decode_attention(*args), ref.decode_attention(*args, upcast=False)[0]
+
+
 def _run_and_check(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, block_table=None, rotary=None,
                    causal=True, num_splits=0, softmax_scale=None):
     cos, sin = rotary if rotary is not None else (None, None)
-    expected = ref.decode_attention(q, k_cache, v_cache, lengths, k_new, v_new, block_table, cos, sin,
-                                    softmax_scale, causal)
+    expected, lowp = _references(q, k_cache, v_cache, lengths, k_new, v_new, block_table, rotary, causal,
+                                 softmax_scale)
     batch, tokens, heads, dim = q.shape
     poison_allocator(q.numel() * q.element_size(), batch * heads * tokens * 4,
                      128 * batch * heads * tokens * dim * 4, 128 * batch * heads * tokens * 4)
@@ -148,14 +162,17 @@ def _run_and_check(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, bloc
     assert out.shape == q.shape and lse.shape == (batch, heads, tokens)
     assert not out.isnan().any() and not lse.isnan().any(), "unwritten (poisoned) output elements"
     exp_out, exp_lse, exp_k, exp_v = expected
-    torch.testing.assert_close(out.double(), exp_out.double(), **OUT_TOL[q.dtype])
+    assert_close_to_reference(out, exp_out, lowp, k=K_OUT)
     torch.testing.assert_close(lse.double(), exp_lse.double(), **LSE_TOL)
     # The caches: appended rows exactly as the reference stores them (rotated keys within one
     # rounding, as the kernel and the reference round the rotation differently), other rows untouched.
     if rotary is None:
         torch.testing.assert_close(k_cache, exp_k, atol=0, rtol=0)
     else:
-        torch.testing.assert_close(k_cache.double(), exp_k.double(), **OUT_TOL[q.dtype])
+        # One ulp, plus float32's rounding of the rotation where x1 cos - x2 sin cancels to ~0.
+        exp = exp_k.double()
+        tol = torch.finfo(q.dtype).eps * exp.abs() + 1e-5 * exp.abs().max()
+        assert ((k_cache.double() - exp).abs() <= tol).all(), "rotated keys off by more than one rounding"
     torch.testing.assert_close(v_cache, exp_v, atol=0, rtol=0)
     return out, lse
 
@@ -284,18 +301,18 @@ def test_cuda_graph_replay_with_new_lengths(page_size):
         lengths.copy_(torch.tensor(new_lengths, dtype=torch.int32))
         for t in (q, k_new, v_new):
             t.copy_(torch.randn_like(t))
-        exp_out, exp_lse, exp_k, exp_v = ref.decode_attention(q, snapshot[0], snapshot[1], lengths, k_new, v_new,
-                                                              table)
+        (exp_out, exp_lse, exp_k, exp_v), lowp = _references(q, snapshot[0], snapshot[1], lengths, k_new, v_new,
+                                                             table)
         graph.replay()
-        torch.testing.assert_close(out.double(), exp_out.double(), **OUT_TOL[torch.bfloat16])
+        assert_close_to_reference(out, exp_out, lowp, k=K_OUT)
         torch.testing.assert_close(lse.double(), exp_lse.double(), **LSE_TOL)
         torch.testing.assert_close((k_cache, v_cache), (exp_k, exp_v), atol=0, rtol=0)
 
 
-def _run_in_subprocess(code: str) -> subprocess.CompletedProcess:
+def _run_in_subprocess(code: str, **env) -> subprocess.CompletedProcess:
     # A kernel that traps leaves the CUDA context unusable, so each such case gets its own process.
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env={**os.environ, **env})
 
 
 @pytest.mark.gpu
@@ -306,10 +323,14 @@ def _run_in_subprocess(code: str) -> subprocess.CompletedProcess:
     ("lengths = torch.tensor([3, 4], dtype=torch.int32, device='cuda');"
      "table = torch.tensor([[0, 1], [99, 3]], dtype=torch.int32, device='cuda')",
      "block_table\\[1\\]\\[0\\] = 99 is not a page of the cache \\(4 pages\\)"),
+    ("lengths = torch.tensor([3, -2], dtype=torch.int32, device='cuda'); table = None",
+     "cache_seqlens\\[1\\] = -2 is negative"),
 ])
-def test_bad_device_data_stops_with_a_message(case, message):
+def test_trap_mode_stops_with_a_message(case, message):
+    # The opt-in debug mode (CUTE_OPS_DEVICE_ERRORS=trap) prints from the kernel and traps.
     proc = _run_in_subprocess(f"""
         import torch, cute_ops
+        assert cute_ops.get_device_error_mode() == "trap"
         {case}
         shape = (2, 64, 2, 64) if table is None else (4, 16, 2, 64)
         k = torch.randn(shape, device='cuda', dtype=torch.bfloat16)
@@ -319,6 +340,174 @@ def test_bad_device_data_stops_with_a_message(case, message):
         cute_ops.flash_decode(q, k, v, lengths, new, new.clone(), block_table=table)
         torch.cuda.synchronize()
         print("NO ERROR")
-    """)
+    """, CUTE_OPS_DEVICE_ERRORS="trap")
     assert proc.returncode != 0 and "NO ERROR" not in proc.stdout, proc.stdout + proc.stderr
     assert re.search(message, proc.stdout + proc.stderr), proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- GPU: bad device data, record mode
+BAD_CASES = ["negative", "negative_no_append", "overflow", "overflow_no_append", "bad_page", "negative_page",
+             "rotary"]
+
+
+def _bad_batch(case, page_size):
+    """A batch of 4 sequences whose sequence BAD is wrong in the way `case` says, and what the
+    error must name: (inputs, bad value, message pattern)."""
+    batch, capacity, heads_q, heads_kv, dim, tokens = 4, 320, 8, 2, 64, 2
+    paged = case in ("bad_page", "negative_page") or page_size is not None
+    k_cache, v_cache, table = _cache(batch, capacity, heads_kv, dim, torch.bfloat16, "cuda",
+                                     (page_size or 32) if paged else None)
+    lengths = torch.tensor([5, 200, 17, 300], dtype=torch.int32, device="cuda")
+    append = not case.endswith("no_append")
+    rotary = None
+    if case.startswith("negative") and case != "negative_page":
+        lengths[BAD], value, message = -3, -3, rf"cache_seqlens\[{BAD}\] = -3 is negative"
+    elif case.startswith("overflow"):
+        value = capacity - tokens + 1 if append else capacity + 1
+        lengths[BAD] = value
+        value += tokens if append else 0
+        message = rf"sequence {BAD} needs {value} cache rows"
+    elif case in ("bad_page", "negative_page"):
+        value = -1 if case == "negative_page" else k_cache.shape[0] + 7
+        table[BAD, 0] = value  # key 0 of the sequence: read by the attention kernel
+        message = rf"block_table\[{BAD}\]\[0\] = {value} is not a page of the cache \({k_cache.shape[0]} pages\)"
+    else:  # rotary: the table covers the other sequences' positions, not BAD's
+        cos_sin = cute_ops.rope_cos_sin_cache(dim, 250, device="cuda")
+        rotary = (cos_sin[:, :dim // 2], cos_sin[:, dim // 2:])
+        lengths[3] = 240
+        lengths[BAD] = value = 260
+        message = rf"position 260 of sequence {BAD} is outside the 250 rows"
+    q = torch.randn(batch, tokens, heads_q, dim, device="cuda").to(torch.bfloat16)
+    new = [torch.randn(batch, tokens, heads_kv, dim, device="cuda").to(torch.bfloat16) for _ in range(2)]
+    kw = dict(k_new=new[0], v_new=new[1]) if append else {}
+    if rotary is not None:
+        kw.update(rotary_cos=rotary[0], rotary_sin=rotary[1])
+    return (q, k_cache, v_cache, lengths, table, kw), value, message
+
+
+BAD = 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("page_size", [None, 32])
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_bad_sequence_is_recorded_and_isolated(case, page_size, num_splits):
+    (q, k_cache, v_cache, lengths, table, kw), value, message = _bad_batch(case, page_size)
+    others = [b for b in range(q.shape[0]) if b != BAD]
+    k_before, v_before = k_cache.clone(), v_cache.clone()
+    out, lse = cute_ops.flash_decode(q, k_cache, v_cache, lengths, block_table=table, num_splits=num_splits, **kw)
+    with pytest.raises(cute_ops.DeviceDataError, match=rf"cute_ops\.flash_decode on cuda:\d+: {message}") as info:
+        cute_ops.check_errors()
+    assert info.value.error.sequence == BAD and info.value.error.value == value
+    cute_ops.check_errors()  # reset by the read above
+    assert out[BAD].isnan().all() and lse[BAD].isnan().all()
+
+    # The same batch without the bad sequence, on copies of the caches as they were: a contiguous
+    # cache loses the bad sequence's row, a paged one keeps its pool and loses its block table row.
+    sub = torch.tensor(others, device="cuda")
+    sub_kw = {name: t[sub] if name in ("k_new", "v_new") else t for name, t in kw.items()}
+    contiguous = table is None
+    k_alone = (k_before[sub] if contiguous else k_before).clone()
+    v_alone = (v_before[sub] if contiguous else v_before).clone()
+    sub_table = None if contiguous else table[sub]
+    out_alone, lse_alone = cute_ops.flash_decode(q[sub], k_alone, v_alone, lengths[sub], block_table=sub_table,
+                                                 num_splits=num_splits, **sub_kw)
+    cute_ops.check_errors()
+    # Bit for bit: each sequence's CTAs and combine rows are the same computation in both batches.
+    assert torch.equal(out[sub], out_alone) and torch.equal(lse[sub], lse_alone)
+    if contiguous:
+        assert torch.equal(k_cache[sub], k_alone) and torch.equal(v_cache[sub], v_alone)
+        assert torch.equal(k_cache[BAD], k_before[BAD]) and torch.equal(v_cache[BAD], v_before[BAD])
+    else:  # one pool: the bad sequence's pages untouched, the others' as written without it
+        assert torch.equal(k_cache, k_alone) and torch.equal(v_cache, v_alone)
+    # And the others are right, not only consistent.
+    (exp_out, _, _, _), lowp = _references(q[sub], k_before[sub] if contiguous else k_before,
+                                           v_before[sub] if contiguous else v_before, lengths[sub],
+                                           block_table=sub_table, **_ref_kw(sub_kw))
+    assert_close_to_reference(out_alone, exp_out, lowp, k=K_OUT)
+
+    # The process goes on: a good call afterwards works and reports nothing.
+    _run_and_check(q[sub], k_before[sub] if contiguous else k_before.clone(),
+                   v_before[sub] if contiguous else v_before.clone(), lengths[sub], block_table=sub_table,
+                   **{n: t for n, t in sub_kw.items() if n in ("k_new", "v_new")})
+    cute_ops.check_errors()
+
+
+def _ref_kw(kw):
+    """flash_decode's keyword arguments as _references takes them."""
+    out = {n: kw[n] for n in ("k_new", "v_new") if n in kw}
+    if "rotary_cos" in kw:
+        out["rotary"] = (kw["rotary_cos"], kw["rotary_sin"])
+    return out
+
+
+@pytest.mark.gpu
+def test_check_errors_peek_and_modes():
+    (q, k_cache, v_cache, lengths, table, kw), _, _ = _bad_batch("negative", None)
+    cute_ops.check_errors()
+    assert cute_ops.read_errors() is None
+    cute_ops.flash_decode(q, k_cache, v_cache, lengths, **kw)
+    torch.cuda.synchronize()
+    peek = cute_ops.read_errors(wait=False, reset=False)  # no device sync, status kept
+    assert peek is not None and peek.op == "flash_decode" and peek.sequence == BAD and peek.reports >= 1
+    assert cute_ops.read_errors() == peek
+    assert cute_ops.read_errors() is None
+    assert cute_ops.get_device_error_mode() == "record"
+    with pytest.raises(ValueError, match="'record' or 'trap'"):
+        cute_ops.set_device_error_mode("ignore")
+
+
+# ---------------------------------------------------------------- GPU: NaN in the cache
+@pytest.mark.gpu
+@pytest.mark.parametrize("where", ["k", "v"])
+@pytest.mark.parametrize("page_size", [None, 64])
+@pytest.mark.parametrize("num_splits", [0, 1, 2, 7, 33, 128])
+def test_nan_in_the_cache_reaches_the_output(num_splits, page_size, where):
+    # Only an empty row means "no keys": a NaN in one split's K must not vanish in the merge.
+    batch, capacity, heads_q, heads_kv, dim = 3, 4097, 8, 2, 128
+    k_cache, v_cache, table = _cache(batch, capacity, heads_kv, dim, torch.bfloat16, "cuda", page_size)
+    lengths = torch.tensor([4097, 3000, 100], dtype=torch.int32, device="cuda")
+    key, head_kv = 2345, 1  # sequence 1's key 2345 of kv head 1: read by one split only
+    if table is None:
+        (k_cache if where == "k" else v_cache)[1, key, head_kv, 17] = float("nan")
+    else:
+        page = table[1, key // page_size].long()
+        (k_cache if where == "k" else v_cache)[page, key % page_size, head_kv, 17] = float("nan")
+    q = torch.randn(batch, 1, heads_q, dim, device="cuda").to(torch.bfloat16)
+    out, lse = cute_ops.flash_decode(q, k_cache, v_cache, lengths, block_table=table, num_splits=num_splits)
+    (exp_out, exp_lse, _, _), lowp = _references(q, k_cache, v_cache, lengths, block_table=table)
+    # A NaN in K makes the scores, so whole rows and their lse, NaN for the query heads of that kv
+    # head; one in V only column 17 of their outputs. Ours must put NaN exactly where the float64
+    # reference does, and match it everywhere else.
+    group = heads_q // heads_kv
+    heads = slice(head_kv * group, (head_kv + 1) * group)
+    assert exp_out[1, :, heads, 17].isnan().all() and exp_out.isnan().sum() == (group * dim if where == "k" else group)
+    assert torch.equal(out.isnan(), exp_out.isnan()), "a NaN in the cache vanished from (or spread in) the output"
+    assert torch.equal(lse.isnan(), exp_lse.isnan())
+    keep = ~exp_out.isnan()
+    assert_close_to_reference(out[keep], exp_out[keep], lowp[keep], k=K_OUT)
+    torch.testing.assert_close(lse[~exp_lse.isnan()].double(), exp_lse[~exp_lse.isnan()].double(), **LSE_TOL)
+
+
+# ---------------------------------------------------------------- GPU: the check can fail
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [None, 16])
+def test_planted_bug_fails_the_comparison(page_size):
+    # A kernel that read one wrong 16-key group of V (a wrong page, say) must not pass: our correct
+    # output checked against references that read V with keys 512..527 swapped for 96..111 fails.
+    batch, capacity = 2, 1024
+    k_cache, v_cache, table = _cache(batch, capacity, 2, 128, torch.bfloat16, "cuda", page_size)
+    q = torch.randn(batch, 1, 8, 128, device="cuda").to(torch.bfloat16)
+    lengths = torch.tensor([1000, 1024], dtype=torch.int32, device="cuda")
+    out, _ = cute_ops.flash_decode(q, k_cache, v_cache, lengths, block_table=table)
+    (exp_out, _, _, _), lowp = _references(q, k_cache, v_cache, lengths, block_table=table)
+    assert_close_to_reference(out, exp_out, lowp, k=K_OUT)  # the real comparison passes
+    wrong = v_cache.clone()
+    if table is None:
+        wrong[1, 512:528] = v_cache[1, 96:112]
+    else:
+        wrong[table[1, 512 // 16].long()] = v_cache[table[1, 96 // 16].long()]
+    (bad_out, _, _, _), bad_lowp = _references(q, k_cache, wrong, lengths, block_table=table)
+    with pytest.raises(AssertionError, match="exceeds"):
+        assert_close_to_reference(out, bad_out, bad_lowp, k=K_OUT)

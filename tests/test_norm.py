@@ -8,9 +8,20 @@ from torch._subclasses import FakeTensorMode
 
 import cute_ops
 from cute_ops import reference as ref
-from conftest import capture_graph, poison_allocator, tolerances
+from conftest import assert_close_to_reference, capture_graph, poison_allocator
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+# Ours: float32 statistics and one rounding of the output. The bound is k times PyTorch's error on
+# the same math in the working dtype (conftest.assert_close_to_reference); for float32 inputs both
+# are float32 and ours uses the fast reciprocal square root, a few ulps from PyTorch's.
+K_NORM = {torch.float16: 2.0, torch.bfloat16: 2.0, torch.float32: 8.0}
+
+
+def _check_norm(out, x, w, eps, what="out"):
+    """out = rms_norm(x, w, eps) against float64, bounded by PyTorch's own error in x's dtype."""
+    expected = ref.rms_norm(x.double(), w.double(), eps)
+    lowp = ref.rms_norm(x, w, eps, upcast=False)
+    assert_close_to_reference(out, expected, lowp, k=K_NORM[x.dtype], what=what)
 
 
 # ---------------------------------------------------------------- CPU: reference, fakes, checks
@@ -102,9 +113,8 @@ def test_rms_norm_matches_reference(rows, hidden, dtype):
     x, w = _inputs(rows, hidden, dtype, scale=3.0)
     poison_allocator(x.numel() * x.element_size())
     out = cute_ops.rms_norm(x, w, 1e-5)
-    expected = ref.rms_norm(x.double(), w.double(), 1e-5)
     assert not out.isnan().any(), "unwritten (poisoned) output elements"
-    torch.testing.assert_close(out.double(), expected, **tolerances(dtype))
+    _check_norm(out, x, w, 1e-5)
 
 
 @pytest.mark.gpu
@@ -114,7 +124,7 @@ def test_rms_norm_long_rows(hidden, dtype):
     # Rows over 32768 (16-bit) or 16384 (fp32) elements take the two-pass kernel.
     x, w = _inputs(3, hidden, dtype)
     out = cute_ops.rms_norm(x, w, 1e-6)
-    torch.testing.assert_close(out.double(), ref.rms_norm(x.double(), w.double(), 1e-6), **tolerances(dtype))
+    _check_norm(out, x, w, 1e-6)
 
 
 @pytest.mark.gpu
@@ -125,7 +135,7 @@ def test_rms_norm_strided_and_3d(dtype):
     w = torch.randn(4096, device="cuda").to(dtype)
     out = cute_ops.rms_norm(x, w)
     assert out.shape == x.shape and out.is_contiguous()
-    torch.testing.assert_close(out.double(), ref.rms_norm(x.double(), w.double()), **tolerances(dtype))
+    _check_norm(out, x, w, 1e-6)
 
 
 @pytest.mark.gpu
@@ -135,11 +145,10 @@ def test_fused_add_rms_norm_matches_reference(rows, hidden, dtype):
     x, w = _inputs(rows, hidden, dtype)
     residual = torch.randn(rows, hidden, device="cuda").to(dtype)
     _, expected_res = ref.fused_add_rms_norm(x, residual.clone(), w, 1e-6)
-    expected_out = ref.rms_norm(expected_res.double(), w.double(), 1e-6)
     poison_allocator(x.numel() * x.element_size())
     out = cute_ops.fused_add_rms_norm(x, residual, w, 1e-6)
     assert torch.equal(residual, expected_res), "residual must hold the rounded sum"
-    torch.testing.assert_close(out.double(), expected_out, **tolerances(dtype))
+    _check_norm(out, expected_res, w, 1e-6)
 
 
 @pytest.mark.gpu
@@ -188,5 +197,25 @@ def test_cuda_graph_replay_with_new_inputs():
         graph.replay()
         exp_out, exp_res = ref.fused_add_rms_norm(x, start, w)
         assert torch.equal(residual, exp_res)
-        torch.testing.assert_close(out.double(), ref.rms_norm(exp_res.double(), w.double()),
-                                   **tolerances(torch.bfloat16))
+        _check_norm(out, exp_res, w, 1e-6)
+
+
+@pytest.mark.gpu
+def test_planted_bug_fails_the_comparison():
+    # A kernel that left the largest element of a row out of its sum of squares must not pass: our
+    # correct output, checked against references that drop it, fails.
+    x, w = _inputs(17, 136, torch.float16, scale=3.0)
+    out = cute_ops.rms_norm(x, w, 1e-6)
+    _check_norm(out, x, w, 1e-6)
+    j = x[3].abs().argmax()
+
+    def dropped(x, w, eps, upcast=True):  # the statistics without x[3, j]
+        acc = torch.promote_types(x.dtype, torch.float32) if upcast else x.dtype
+        xf = x.to(acc)
+        sq = xf.pow(2)
+        sq[3, j] = 0
+        return (xf * torch.rsqrt(sq.mean(-1, keepdim=True) + eps) * w.to(acc)).to(x.dtype)
+
+    with pytest.raises(AssertionError, match="exceeds"):
+        assert_close_to_reference(out, dropped(x.double(), w.double(), 1e-6), dropped(x, w, 1e-6, upcast=False),
+                                  k=K_NORM[x.dtype])

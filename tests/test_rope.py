@@ -10,9 +10,28 @@ import torch
 import cute_ops
 from cute_ops import reference as ref
 from cute_ops.rope import Llama3RopeScaling, rope_cos_sin_cache, rope_inv_freq
-from conftest import capture_graph, tolerances
+from conftest import assert_close_to_reference, capture_graph
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+# Ours rotates in float32 and rounds once, as PyTorch's upcast reference does; the bound is k times
+# PyTorch rotating in the working dtype (conftest.assert_close_to_reference). float32 inputs: our
+# fused multiply-adds against PyTorch's separate float32 products, a few ulps apart.
+K_ROPE = {torch.float16: 2.0, torch.bfloat16: 2.0, torch.float32: 8.0}
+
+
+def random_angle_table(rot_dim: int, rows: int, dtype=torch.float32, device="cuda") -> torch.Tensor:
+    """A cos/sin table of random angles in [0, 2 pi): unlike LLaMA's frequencies, whose angles at the
+    high dims are tiny (cos ~ 1, sin ~ 0, so skipping the tail pairs would pass), every pair moves."""
+    angles = torch.rand(rows, rot_dim // 2, dtype=torch.float64) * 2 * math.pi
+    return torch.cat([angles.cos(), angles.sin()], dim=-1).to(dtype=dtype, device=device)
+
+
+def _check_rotated(q, k, q0, k0, pos, cache, what=""):
+    """q, k (rotated in place by the op) against the float64 rotation of q0, k0."""
+    eq, ek = ref.rotary_embedding(q0.double(), k0.double(), pos, cache.double())
+    lq, lk = ref.rotary_embedding(q0, k0, pos, cache.to(q0.dtype), upcast=False)
+    assert_close_to_reference(q, eq, lq, k=K_ROPE[q.dtype], what=f"q{what}")
+    assert_close_to_reference(k, ek, lk, k=K_ROPE[q.dtype], what=f"k{what}")
 
 
 # ---------------------------------------------------------------- CPU: cache helpers
@@ -104,18 +123,18 @@ def test_input_checks(kw, match, exc):
 
 # ---------------------------------------------------------------- GPU: kernel
 def _run_case(tokens_shape, hq, hkv, head_dim, rot_dim, dtype, cache_dtype, pos_dtype, max_pos=5000,
-              scaling=None):
+              scaling=None, table="llama"):
     q = torch.randn(*tokens_shape, hq, head_dim, device="cuda").to(dtype)
     k = torch.randn(*tokens_shape, hkv, head_dim, device="cuda").to(dtype)
     pos = torch.randint(0, max_pos, tokens_shape, device="cuda", dtype=pos_dtype)
-    cache = rope_cos_sin_cache(rot_dim, max_pos, theta=500000.0, scaling=scaling, dtype=cache_dtype,
-                               device="cuda")
-    eq, ek = ref.rotary_embedding(q.double(), k.double(), pos, cache.double())
+    if table == "llama":
+        cache = rope_cos_sin_cache(rot_dim, max_pos, theta=500000.0, scaling=scaling, dtype=cache_dtype,
+                                   device="cuda")
+    else:
+        cache = random_angle_table(rot_dim, max_pos, cache_dtype)
     q0, k0 = q.clone(), k.clone()
     cute_ops.rotary_embedding(q, k, pos, cache)
-    tol = tolerances(dtype)
-    torch.testing.assert_close(q.double(), eq, **tol)
-    torch.testing.assert_close(k.double(), ek, **tol)
+    _check_rotated(q, k, q0, k0, pos, cache)
     # Dims past rot_dim are untouched, bit for bit.
     assert torch.equal(q[..., rot_dim:], q0[..., rot_dim:]) and torch.equal(k[..., rot_dim:], k0[..., rot_dim:])
 
@@ -124,9 +143,10 @@ def _run_case(tokens_shape, hq, hkv, head_dim, rot_dim, dtype, cache_dtype, pos_
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens", [1, 17, 1000, 4097])
 @pytest.mark.parametrize("hq, hkv, head_dim", [(32, 8, 128), (8, 8, 64), (4, 1, 96), (3, 3, 80)])
-def test_rotary_matches_reference(tokens, hq, hkv, head_dim, dtype):
+@pytest.mark.parametrize("table", ["llama", "random"])
+def test_rotary_matches_reference(table, tokens, hq, hkv, head_dim, dtype):
     _run_case((tokens,), hq, hkv, head_dim, head_dim, dtype, torch.float32, torch.int64,
-              scaling=Llama3RopeScaling())
+              scaling=Llama3RopeScaling(), table=table)
 
 
 @pytest.mark.gpu
@@ -137,7 +157,8 @@ def test_rotary_matches_reference(tokens, hq, hkv, head_dim, dtype):
     (20, torch.int64, False),    # rot_dim/2 = 10: not a multiple of the vector width, scalar path
 ])
 def test_rotary_variants(rot_dim, pos_dtype, same_dtype_cache, dtype):
-    _run_case((3, 33), 8, 2, 128, rot_dim, dtype, dtype if same_dtype_cache else torch.float32, pos_dtype)
+    _run_case((3, 33), 8, 2, 128, rot_dim, dtype, dtype if same_dtype_cache else torch.float32, pos_dtype,
+              table="random")
 
 
 @pytest.mark.gpu
@@ -149,11 +170,10 @@ def test_rotary_on_fused_qkv_views(dtype):
     k = qkv[:, hq * d: (hq + hkv) * d].view(T, hkv, d)
     v_before = qkv[:, (hq + hkv) * d:].clone()
     pos = torch.randint(0, 8192, (T,), device="cuda")
-    cache = rope_cos_sin_cache(d, 8192, device="cuda")
-    eq, ek = ref.rotary_embedding(q.double(), k.double(), pos, cache.double())
+    cache = random_angle_table(d, 8192)
+    q0, k0 = q.clone(), k.clone()
     cute_ops.rotary_embedding(q, k, pos, cache)
-    torch.testing.assert_close(q.double(), eq, **tolerances(dtype))
-    torch.testing.assert_close(k.double(), ek, **tolerances(dtype))
+    _check_rotated(q, k, q0, k0, pos, cache)
     assert torch.equal(qkv[:, (hq + hkv) * d:], v_before), "v must be untouched"
 
 
@@ -194,6 +214,44 @@ def test_cuda_graph_replay_with_new_positions():
         k0 = torch.randn_like(k)
         q.copy_(q0), k.copy_(k0), pos.copy_(torch.randint(0, 4096, (64,), device="cuda"))
         graph.replay()
-        eq, ek = ref.rotary_embedding(q0.double(), k0.double(), pos, cache.double())
-        torch.testing.assert_close(q.double(), eq, **tolerances(torch.bfloat16))
-        torch.testing.assert_close(k.double(), ek, **tolerances(torch.bfloat16))
+        _check_rotated(q, k, q0, k0, pos, cache)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pos_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("bad_position", [-1, 100, 2**40])
+def test_position_outside_the_table_is_recorded(bad_position, pos_dtype):
+    # Token 5's position is outside the 100-row table: its q and k become NaN (nothing read out of
+    # bounds), every other token is rotated as usual, and check_errors names the token.
+    if pos_dtype == torch.int32 and bad_position == 2**40:
+        bad_position = 2**31 - 1
+    q = torch.randn(9, 4, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(9, 2, 64, device="cuda", dtype=torch.bfloat16)
+    pos = torch.randint(0, 100, (9,), device="cuda", dtype=pos_dtype)
+    pos[5] = bad_position
+    cache = random_angle_table(64, 100)
+    q0, k0 = q.clone(), k.clone()
+    cute_ops.rotary_embedding(q, k, pos, cache)
+    with pytest.raises(cute_ops.DeviceDataError,
+                       match=rf"rotary_embedding on cuda:\d+: position {bad_position} of token 5 is outside the 100 rows"):
+        cute_ops.check_errors()
+    assert q[5].isnan().all() and k[5].isnan().all()
+    good = torch.tensor([i for i in range(9) if i != 5], device="cuda")
+    _check_rotated(q[good], k[good], q0[good], k0[good], pos[good], cache)
+
+
+@pytest.mark.gpu
+def test_planted_bug_fails_the_comparison():
+    # Skipping the last rotated pair of every head would pass with LLaMA's table (the highest
+    # frequency's angle stays ~0 over short positions); with random angles the comparison fails.
+    q = torch.randn(33, 4, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(33, 2, 128, device="cuda", dtype=torch.bfloat16)
+    pos = torch.randint(0, 64, (33,), device="cuda")
+    cache = random_angle_table(128, 64)
+    q0, k0 = q.clone(), k.clone()
+    cute_ops.rotary_embedding(q, k, pos, cache)
+    _check_rotated(q, k, q0, k0, pos, cache)
+    skipped = q.clone()
+    skipped[..., 63], skipped[..., 127] = q0[..., 63], q0[..., 127]  # pair 63 left unrotated
+    with pytest.raises(AssertionError, match="exceeds"):
+        _check_rotated(skipped, k, q0, k0, pos, cache)

@@ -1,42 +1,73 @@
 #pragma once
 // Where key j of sequence b lives in the KV cache (contiguous or paged), the 16-byte cp.async
-// with zero fill used to stage it, and the device-side checks of lengths and pages that the host
-// cannot make without a sync.
-#include <cstdio>
-
+// with zero fill used to stage it, and the device-side checks of lengths, pages and positions
+// that the host cannot make without a sync (reported through common/device_errors.h).
+#include "common/device_errors.h"
 #include "flash_decode/flash_decode.h"
 
 namespace cute_ops::decode {
 
 using index_t = FlashDecodeParams::index_t;
 
-// An error in device-resident data (lengths, block table): report it and stop the kernel, as
-// PyTorch's own index checks do; the next synchronising CUDA call raises.
-#define CUTE_OPS_DEVICE_FAIL(...) \
-  do {                            \
-    printf(__VA_ARGS__);          \
-    __trap();                     \
-  } while (0)
+// A sequence's extent, checked before any use: cache_seqlens[b] >= 0, the appended tokens fit the
+// cache (contiguous) or the block table's pages (paged), and their positions have rows in the
+// rotary table. The append and attention kernels both check this way, so they agree on which
+// sequences to skip: a bad one gets no cache writes and NaN outputs (ok = false, seqlen = 0).
+struct SequenceExtent {
+  bool ok;
+  int cached;  // keys in the cache before the append
+  int seqlen;  // keys attended: cached + new tokens
+};
 
-// A page number read from the block table must be a page of the cache.
-__device__ __forceinline__ void check_page(const FlashDecodeParams& p, int bidb, int key, int page) {
-  if (p.block_table != nullptr && (page < 0 || page >= p.num_pages)) {
-    CUTE_OPS_DEVICE_FAIL("cute_ops.flash_decode: block_table[%d][%d] = %d is not a page of the cache (%d pages)\n",
-                         bidb, key / p.page_size, page, p.num_pages);
+__device__ __forceinline__ SequenceExtent check_sequence(const FlashDecodeParams& p, int bidb, bool report) {
+  const int cached = p.cache_seqlens[bidb];
+  const long long seqlen = static_cast<long long>(cached) + p.seqlen_new;
+  const long long capacity = static_cast<long long>(p.max_pages) * p.page_size;
+  if (cached < 0) {
+    if (report) {
+      report_device_error(p.errors, DeviceErrorOp::kFlashDecode, DeviceErrorCode::kNegativeLength, bidb, cached);
+    }
+  } else if (seqlen > capacity) {
+    if (report) {
+      report_device_error(p.errors, DeviceErrorOp::kFlashDecode, DeviceErrorCode::kCapacity, bidb, seqlen, capacity,
+                          p.block_table != nullptr);
+    }
+  } else if (p.rotary_cos != nullptr && p.seqlen_new > 0 && seqlen > p.rotary_rows) {
+    if (report) {  // the first position past the table
+      report_device_error(p.errors, DeviceErrorOp::kFlashDecode, DeviceErrorCode::kRotaryPosition, bidb,
+                          cached > p.rotary_rows ? cached : p.rotary_rows, p.rotary_rows);
+    }
+  } else {
+    return {true, cached, static_cast<int>(seqlen)};
   }
+  return {false, 0, 0};
 }
 
-// Page (or batch index) and row within it; checks the page number against the cache.
-__device__ __forceinline__ void locate_key(const FlashDecodeParams& p, int bidb, int key, int& page, int& row) {
+// A page number read from the block table must be a page of the cache.
+__device__ __forceinline__ bool page_ok(const FlashDecodeParams& p, int page) {
+  return p.block_table == nullptr || (page >= 0 && page < p.num_pages);
+}
+
+__device__ __forceinline__ void report_bad_page(const FlashDecodeParams& p, int bidb, int key, int page) {
+  report_device_error(p.errors, DeviceErrorOp::kFlashDecode, DeviceErrorCode::kBadPage, bidb, page, p.num_pages,
+                      key / p.page_size);
+}
+
+// Page (or batch index) and row within it; false (reported if `report`) when the block table names
+// a page the cache does not have.
+__device__ __forceinline__ bool locate_key(const FlashDecodeParams& p, int bidb, int key, int& page, int& row,
+                                           bool report) {
   if (p.block_table == nullptr) {
     page = bidb;
     row = key;
-    return;
+    return true;
   }
   const int slot = key / p.page_size;
   page = p.block_table[bidb * p.block_table_stride + slot];
   row = key - slot * p.page_size;
-  check_page(p, bidb, key, page);
+  if (page_ok(p, page)) return true;
+  if (report) report_bad_page(p, bidb, key, page);
+  return false;
 }
 
 // Where the keys of one tile live, a 16-key group at a time (page_size is a multiple of 16, so a
@@ -64,18 +95,6 @@ __device__ __forceinline__ void fetch_tile_pages(const FlashDecodeParams& p, int
       t.row[g] = key - slot * p.page_size;
     }
   }
-}
-
-// Sequence bidb will hold `needed` keys: they must fit the cache (contiguous) or the block
-// table's pages (paged).
-__device__ __forceinline__ void check_capacity(const FlashDecodeParams& p, int bidb, int needed) {
-  const long long capacity = static_cast<long long>(p.max_pages) * p.page_size;
-  if (needed > capacity) {
-    CUTE_OPS_DEVICE_FAIL(
-        "cute_ops.flash_decode: sequence %d needs %d cache rows (cache_seqlens + new tokens) but its %s holds %lld\n",
-        bidb, needed, p.block_table ? "block_table row" : "cache", capacity);
-  }
-  if (needed < 0) CUTE_OPS_DEVICE_FAIL("cute_ops.flash_decode: cache_seqlens[%d] is negative\n", bidb);
 }
 
 // 16 bytes global -> shared, or 16 zero bytes when !valid (the source is not read).

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "common/device_errors.h"
+
 namespace cute_ops {
 
 struct FlashDecodeParams {
@@ -28,6 +30,10 @@ struct FlashDecodeParams {
   int num_pages;   // pages in the cache tensor (paged) or b (contiguous)
 
   const int* cache_seqlens;  // [b]: keys in the cache before this call's append
+  // Where a bad length, page or position of a sequence is reported (common/device_errors.h).
+  // Every kernel of the op checks a sequence the same way (cache_access.h), skips the cache
+  // writes of a bad one and gives it NaN outputs; the other sequences are unaffected.
+  DeviceErrorSink errors;
 
   // New tokens, appended at cache_seqlens[b] before attending (seqlen_new = sq), or none (0).
   int seqlen_new;

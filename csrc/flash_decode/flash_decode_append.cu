@@ -15,16 +15,16 @@ namespace decode {
 template <typename Element, typename CosT>
 __global__ void __launch_bounds__(256) flash_decode_append_kernel(const __grid_constant__ FlashDecodeParams p) {
   const int i = blockIdx.x, bidb = blockIdx.y;
-  const int cached = p.cache_seqlens[bidb];
-  check_capacity(p, bidb, cached + p.seqlen_new);
-  const int pos = cached + i;
+  // A bad sequence is skipped whole: no cache row of it is written, and the attention kernel,
+  // which checks it the same way, gives it NaN outputs whatever its rotated q holds.
+  const SequenceExtent seq = check_sequence(p, bidb, /*report=*/threadIdx.x == 0 && i == 0);
+  if (!seq.ok) return;
+  const int pos = seq.cached + i;
   const bool rotate = p.rotary_cos != nullptr;
-  if (rotate && pos >= p.rotary_rows) {
-    CUTE_OPS_DEVICE_FAIL("cute_ops.flash_decode: position %d of sequence %d is past rotary_cos/rotary_sin's %d rows\n",
-                         pos, bidb, p.rotary_rows);
-  }
+  // A block table entry that is no page: this token's cache rows are not written (the attention
+  // kernel finds the same entry and poisons the sequence); its rotated q still is.
   int page, row;
-  locate_key(p, bidb, pos, page, row);
+  const bool write_cache = locate_key(p, bidb, pos, page, row, /*report=*/threadIdx.x == 0);
   const int half = p.rotary_dim / 2;
   const CosT* cos = static_cast<const CosT*>(p.rotary_cos) + pos * p.rotary_stride;
   const CosT* sin = static_cast<const CosT*>(p.rotary_sin) + pos * p.rotary_stride;
@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(256) flash_decode_append_kernel(const __grid_c
   };
 
   const int q_heads = rotate ? p.h : 0;  // q is copied only to rotate it
-  const int units = (q_heads + 2 * p.h_k) * p.d;
+  const int units = (q_heads + (write_cache ? 2 * p.h_k : 0)) * p.d;
   for (int u = threadIdx.x; u < units; u += blockDim.x) {
     const int head_slot = u / p.d, j = u % p.d;
     if (head_slot < q_heads) {

@@ -82,8 +82,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     }
   }
 
-  const int seqlen = p.cache_seqlens[bidb] + p.seqlen_new;
-  check_capacity(p, bidb, seqlen);
+  // A bad sequence (cache_access.h) attends over no keys and ends poisoned: NaN outputs. So does
+  // one whose block table names a page the cache does not have (found in load_tile, which then
+  // reads page 0 instead, and reported after the loop, away from the loads).
+  const SequenceExtent extent = check_sequence(p, bidb, /*report=*/tid == 0);
+  const int seqlen = extent.seqlen;
+  bool poisoned = !extent.ok;
+  int bad_page_key = -1, bad_page = 0;
   const int n_tiles = (seqlen + kBlockN - 1) / kBlockN;
   const int tiles_per_split = (n_tiles + p.num_splits - 1) / p.num_splits;
   const int tile_begin = split * tiles_per_split;
@@ -105,9 +110,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
       const bool valid = key < seqlen;
       // r0 / 16 is r's group (a pass covers at most 16 rows): a constant register index.
       static_assert(16 % Traits::kRowsPerPass == 0);
-      const int page = valid ? where.page[r0 / 16] : 0;
+      int page = valid ? where.page[r0 / 16] : 0;
       const int row = valid ? where.row[r0 / 16] + r0 % 16 + chunk_row : 0;
-      if (valid) check_page(p, bidb, key, page);
+      if (valid && !page_ok(p, page)) {
+        poisoned = true, bad_page_key = key, bad_page = page;
+        page = 0;
+      }
       const int slab = r / Traits::kWarpKeys;
       const int in_slab = typename Traits::SmemLayoutSlab{}(r % Traits::kWarpKeys, chunk_col);
       cp_async_16(k_dst + slab * Traits::kSlabElems + in_slab,
@@ -211,7 +219,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // hide a serial tail behind.
   DECODE_TRACE(3);
   cute::cp_async_wait<0>();
-  __syncthreads();
+  const bool poison_rows = __syncthreads_or(poisoned);
+  if (bad_page_key >= 0) report_bad_page(p, bidb, bad_page_key, bad_page);
   float lse[kRows];
   softmax.finalize(acc_o_rc, p.scale_softmax, lse);
   constexpr int kLd = Traits::kCombineLd;
@@ -232,9 +241,16 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   }
   __syncthreads();
   if (tid < kBlockM) {
+    // A warp's lse is NaN when a NaN in K reached its scores (a NaN in V shows in O alone): the
+    // row's lse and output are then NaN. fmaxf would drop a NaN, so it is looked for explicitly.
     float lse_max = -INFINITY;
+    bool nan_row = poison_rows;
 #pragma unroll
-    for (int w = 0; w < kNWarps; ++w) lse_max = fmaxf(lse_max, sLse[w * kBlockM + tid]);
+    for (int w = 0; w < kNWarps; ++w) {
+      const float l = sLse[w * kBlockM + tid];
+      nan_row |= isnan(l);
+      lse_max = fmaxf(lse_max, l);
+    }
     float wt[kNWarps], weight_sum = 0.f;
 #pragma unroll
     for (int w = 0; w < kNWarps; ++w) {
@@ -243,8 +259,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     }
     const float inv = weight_sum > 0.f ? 1.f / weight_sum : 0.f;
 #pragma unroll
-    for (int w = 0; w < kNWarps; ++w) sWeight[w * kBlockM + tid] = wt[w] * inv;
-    sRowLse[tid] = weight_sum > 0.f ? lse_max + __logf(weight_sum) : -INFINITY;
+    for (int w = 0; w < kNWarps; ++w) sWeight[w * kBlockM + tid] = nan_row ? NAN : wt[w] * inv;
+    sRowLse[tid] = nan_row ? NAN : weight_sum > 0.f ? lse_max + __logf(weight_sum) : -INFINITY;
   }
   __syncthreads();
 

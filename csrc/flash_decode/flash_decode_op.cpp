@@ -1,6 +1,7 @@
 // Torch glue for flash_decode: checks, output and workspace allocation, split count, launch,
-// registration. Values that live on the device (cache_seqlens, block_table entries) are checked
-// by the kernels; everything about shapes, dtypes and devices is checked here.
+// registration. Values that live on the device (cache_seqlens, block_table entries, positions)
+// are checked by the kernels and reported through common/device_errors.h; everything about
+// shapes, dtypes and devices is checked here.
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <optional>
 
+#include "common/device_errors.h"
 #include "common/device_info.h"
 #include "common/torch_utils.h"
 #include "flash_decode/flash_decode.h"
@@ -73,6 +75,7 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
                 ": block_table must be [batch (", b, "), max_pages] with contiguous rows, got shape ",
                 block_table->sizes(), " strides ", block_table->strides());
     const int64_t page_size = k_cache.size(1);
+    TORCH_CHECK(k_cache.size(0) > 0, kOp, ": a paged cache needs at least one page, got ", k_cache.sizes());
     TORCH_CHECK(page_size > 0 && page_size % 16 == 0, kOp,
                 ": a paged cache is [num_pages, page_size, heads_kv, head_dim] with page_size a multiple of 16, got ",
                 k_cache.sizes());
@@ -94,6 +97,7 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
   p.k_page_stride = k_cache.stride(0), p.k_row_stride = k_cache.stride(1), p.k_head_stride = k_cache.stride(2);
   p.v_page_stride = v_cache.stride(0), p.v_row_stride = v_cache.stride(1), p.v_head_stride = v_cache.stride(2);
   p.cache_seqlens = cache_seqlens.data_ptr<int>();
+  p.errors = device_error_sink(q.device().index());
 
   p.q = q.data_ptr();
   p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);

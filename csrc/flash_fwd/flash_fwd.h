@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "common/device_errors.h"
+
 namespace cute_ops {
 
 struct FlashFwdParams {
@@ -23,8 +25,12 @@ struct FlashFwdParams {
   index_t lse_batch_stride, lse_head_stride;  // lse rows are contiguous
 
   // Varlen: sequence i spans rows cu_seqlens[i] .. cu_seqlens[i + 1]; nullptr for the padded layout.
+  // The offsets live on the device and are checked there (seq_info.h) against the rows of q and k
+  // (total_q, total_k) and the max_seqlen bounds; a bad sequence is reported through `errors`.
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
+  int total_q, total_k;
+  DeviceErrorSink errors;
 
   int b, h, h_k, d;
   int seqlen_q, seqlen_k;  // the lengths, or their upper bounds when varlen

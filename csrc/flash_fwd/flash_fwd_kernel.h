@@ -40,6 +40,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
   const int bidh_k = bidh / (p.h / p.h_k);
   const int tid = threadIdx.x;
 
+  if (p.cu_seqlens_q != nullptr &&
+      !check_varlen_sequence<Element, kBlockM, kHeadDim, Traits::kNThreads>(p, bidb, bidh)) {
+    return;
+  }
   const SeqInfo seq(p, bidb);
   if (m_block * kBlockM >= seq.seqlen_q) return;  // varlen: this sequence is shorter than the grid
 

@@ -78,6 +78,9 @@ std::tuple<at::Tensor, at::Tensor> flash_fwd_varlen(const at::Tensor& q, const a
   }
   TORCH_CHECK(cu_seqlens_q.numel() == cu_seqlens_k.numel(), kOp, ": cu_seqlens_q and cu_seqlens_k differ in length");
   TORCH_CHECK(max_seqlen_q >= 1 && max_seqlen_k >= 1, kOp, ": max_seqlen_q and max_seqlen_k must be at least 1");
+  TORCH_CHECK(q.size(0) <= INT32_MAX && k.size(0) <= INT32_MAX && max_seqlen_q <= INT32_MAX &&
+                  max_seqlen_k <= INT32_MAX,
+              kOp, ": row counts and max_seqlen must fit in 32 bits (cu_seqlens is int32)");
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat));
@@ -88,6 +91,9 @@ std::tuple<at::Tensor, at::Tensor> flash_fwd_varlen(const at::Tensor& q, const a
   p.seqlen_k = static_cast<int>(max_seqlen_k);
   p.cu_seqlens_q = cu_seqlens_q.data_ptr<int>();
   p.cu_seqlens_k = cu_seqlens_k.data_ptr<int>();
+  p.total_q = static_cast<int>(q.size(0));
+  p.total_k = static_cast<int>(k.size(0));
+  p.errors = device_error_sink(q.device().index());
   p.lse_head_stride = lse.stride(0);
   run_flash_fwd(p, current_stream(q));
   return {out, lse};

@@ -5,7 +5,9 @@
 // so row reductions finish with two shuffles. The running max is kept unscaled; exponentials are
 // exp2(s * scale_log2 - max * scale_log2), one FFMA and one EX2 per score. A row that has seen
 // only masked (-inf) scores keeps max = -inf: its exponentials use 0 as the subtracted max (so they
-// are exp2(-inf) = 0, not NaN), and it ends with sum 0, output 0 and lse = -inf.
+// are exp2(-inf) = 0, not NaN), and it ends with sum 0, output 0 and lse = -inf. Only that is
+// empty: a NaN score (from a NaN in K or Q) makes the row's sum, output and lse NaN, so a NaN in
+// the inputs shows in the output in every split configuration instead of reading as "no keys".
 //
 // Lazy rescaling: the max that the exponentials subtract (row_max) is only moved when some row of
 // the warp has seen a score more than kRescaleThreshold (log2 units) above it; until then the
@@ -114,7 +116,7 @@ struct OnlineSoftmax {
 #pragma unroll
     for (int mi = 0; mi < kRows; ++mi) {
       const float sum = quad_sum(row_sum[mi]);
-      const bool empty = sum == 0.f || sum != sum;
+      const bool empty = sum == 0.f;  // NaN is not empty: it propagates
       const float inv = empty ? 0.f : 1.f / sum;
       lse[mi] = empty ? -INFINITY : row_max[mi] * scale + logf(sum);
 #pragma unroll

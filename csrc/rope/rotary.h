@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "common/device_errors.h"
 #include "common/dtype.h"
 
 namespace cute_ops {
@@ -14,6 +15,8 @@ struct RotaryParams {
   void* k;                      // [tokens, hkv, head_dim]
   const void* positions;        // [tokens], int32 or int64
   const void* cos_sin;          // [max_position, rot_dim]: cos in [0, rot_dim/2), sin after
+  int64_t max_position;         // rows of cos_sin: a position outside [0, max_position) is reported
+  DeviceErrorSink errors;       // (common/device_errors.h) and that token's q and k become NaN
   int64_t tokens;
   int hq, hkv, head_dim, rot_dim;  // rot_dim <= head_dim, even: the first rot_dim dims rotate
   int64_t q_token_stride, q_head_stride;

@@ -1,7 +1,8 @@
 #pragma once
 // One CTA per token. A unit of work is kVec consecutive pairs (x[i], x[i + rot_dim/2]) of one
 // head, so a thread moves 2 x 16 bytes of q or k per unit; the token's cos/sin row is shared by
-// all its heads and is served from L1.
+// all its heads and is served from L1. A position outside the table is reported
+// (common/device_errors.h) and the token's rotated dims become NaN, never an out-of-bounds read.
 #include "common/vec.cuh"
 #include "rope/rotary.h"
 
@@ -28,8 +29,13 @@ __global__ void rotary_kernel(const RotaryParams p) {
   using V = Vec<T, kVec>;
   const int64_t token = blockIdx.x;
   const int64_t pos = static_cast<const PosT*>(p.positions)[token];
+  const bool bad = pos < 0 || pos >= p.max_position;
+  if (bad && threadIdx.x == 0) {
+    report_device_error(p.errors, DeviceErrorOp::kRotaryEmbedding, DeviceErrorCode::kRotaryPosition, token, pos,
+                        p.max_position);
+  }
   const int half = p.rot_dim / 2;
-  const CacheT* cos_row = static_cast<const CacheT*>(p.cos_sin) + pos * p.rot_dim;
+  const CacheT* cos_row = static_cast<const CacheT*>(p.cos_sin) + (bad ? 0 : pos) * p.rot_dim;
   const CacheT* sin_row = cos_row + half;
   const int chunks = half / kVec;
   const int units = (p.hq + p.hkv) * chunks;
@@ -44,6 +50,10 @@ __global__ void rotary_kernel(const RotaryParams p) {
     float cos_v[kVec], sin_v[kVec];
     load_cache<CacheT, kVec>(cos_row + c, cos_v);
     load_cache<CacheT, kVec>(sin_row + c, sin_v);
+    if (bad) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) cos_v[e] = NAN;  // NaN * x is NaN, whatever x is
+    }
     const V a = V::load(x1);
     const V b = V::load(x2);
     V ra, rb;

@@ -62,6 +62,8 @@ void rotary_embedding(at::Tensor& q, at::Tensor& k, const at::Tensor& positions,
   TORCH_CHECK(cache_dtype == DType::kFloat32 || cache_dtype == dtype, kOp,
               ": cos_sin_cache must be float32 or q's dtype (", q.scalar_type(), "), got ",
               cos_sin_cache.scalar_type());
+  TORCH_CHECK(cos_sin_cache.size(0) > 0, kOp, ": cos_sin_cache must have at least one row (position), got shape ",
+              cos_sin_cache.sizes());
   const int64_t head_dim = q.size(-1);
   const int64_t rot_dim = cos_sin_cache.size(1);
   TORCH_CHECK(rot_dim % 2 == 0 && rot_dim <= head_dim, kOp, ": cos_sin_cache's rot_dim (", rot_dim,
@@ -72,6 +74,8 @@ void rotary_embedding(at::Tensor& q, at::Tensor& k, const at::Tensor& positions,
   p.k = k.data_ptr();
   p.positions = positions.data_ptr();
   p.cos_sin = cos_sin_cache.data_ptr();
+  p.max_position = cos_sin_cache.size(0);
+  p.errors = device_error_sink(q.device().index());
   p.tokens = positions.numel();
   p.hq = static_cast<int>(q.size(-2));
   p.hkv = static_cast<int>(k.size(-2));
