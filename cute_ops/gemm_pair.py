@@ -101,8 +101,11 @@ def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: s
         ``[..., n1]``, a's dtype. Accumulation is float32; h is rounded to a's dtype once (after the
         activation), like the output.
 
-    The first call for a shape, policy and device builds its tile order and uploads it (one blocking
-    copy); later calls, and CUDA graph captures, reuse it. Do that first call before capturing.
+    The first call for a shape, policy and device builds its tile order on the host and copies it to
+    the device on a private stream; the call's stream waits for that copy on the device, so the
+    host never waits for work already queued. Later calls reuse the table. A first call may come
+    during CUDA graph capture (it then waits on the host for that small copy only) or on one thread
+    while another captures.
     """
     lead = a.shape[:-1]
     a2 = a.reshape(-1, a.shape[-1]) if a.dim() != 2 else a
@@ -165,3 +168,11 @@ if schemas_loaded():
         _check_args("gemm_pair", a, b0, b1, activation, policy, granularity, None if split_k0 < 0 else split_k0,
                     None if split_k1 < 0 else split_k1, block_m or None, None if lag < 0 else lag)
         return a.new_empty((a.shape[0], b1.shape[0]))
+
+# Test support (csrc/gemm_pair/hold_sms.h): CTAs that each hold an SM until released, so that tests
+# can run gemm_pair through a few co-resident CTAs on any GPU. It returns nothing. (Guarded by
+# hasattr: an extension built before the op existed must not break `import cute_ops`.)
+if schemas_loaded() and hasattr(torch.ops.cute_ops, "_hold_sms"):
+    @torch.library.register_fake("cute_ops::_hold_sms")
+    def _hold_sms_fake(control, num_ctas):
+        return None

@@ -1,10 +1,14 @@
-"""gemm_pair / fused_mlp: weight packing, the C++ tile order against the Python model, fake impl
+"""gemm_pair / fused_mlp: weight packing, the C++ tile order against the Python model, fake impls
 and input checks everywhere; on the GPU, the kernel against a float64 reference for every M the
-issue names, dtype, activation, policy, granularity and K-split, under contention and with few
-SMs, in CUDA graphs and torch.compile."""
+issue names, dtype, activation, policy, granularity and K-split, under contention and with all but
+a few SMs held, in CUDA graphs and torch.compile; and the first call for a shape (the order
+upload) neither waiting for the stream nor breaking a graph capture."""
 from __future__ import annotations
 
 import itertools
+import os
+import sys
+import threading
 import time
 
 import pytest
@@ -13,17 +17,27 @@ import torch
 import cute_ops
 from cute_ops import reference as ref
 from cute_ops.gemm_pair_schedule import PairShape, Tiling, make_schedule
-from conftest import capture_graph, poison_allocator
+from conftest import assert_close_to_reference, capture_graph, poison_allocator
 
 DTYPES = [torch.float16, torch.bfloat16]
 M_SIZES = [1, 7, 16, 64, 128, 1000, 4096]
 # Odd sizes on purpose: K = 264 is not a multiple of the 64-wide K tile, I = 200 leaves a last
 # GEMM0 tile of 8 h columns, N1 = 136 a last GEMM1 tile of 8 columns.
 HIDDEN, INTER, OUT = 264, 200, 136
-# The output against a float64 reference whose h is rounded to the dtype like the kernel's: what
-# is left is float32 accumulation, the output's rounding, and h values within one ulp of a
-# rounding boundary that round the other way.
-TOL = {torch.float16: dict(atol=3e-3, rtol=3e-3), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
+# Outputs are checked with conftest.assert_close_to_reference: the error against the float64 result
+# (h not rounded) may be at most ERROR_K times PyTorch's own error on the same math in the working
+# dtype, plus half an ulp of the output. The rounding steps of the two:
+#   ours:    both GEMMs accumulate in float32 (split-K partials too), the activation is applied in
+#            float32, h is rounded once to 16 bits, the output once;
+#   PyTorch: each matmul's output is rounded (float32 accumulation), then for "swiglu" silu(gate)
+#            and the product are rounded again (h carries 3-4 roundings), for "gelu" the
+#            activation (2); GEMM1 rounds its output once, as ours does.
+# So our error is at most PyTorch's in distribution, and equal for "none" (the same roundings),
+# where the two maxima over as few as 136 outputs (M = 1) are draws of one distribution: ERROR_K = 2
+# covers that spread. The planted-bug test shows this bound fails a small bug.
+ERROR_K = 2
+POLICY_GRANULARITIES = [("sequential", "tile"), ("sequential", "row"), ("row_interleaved", "tile"),
+                        ("row_interleaved", "row"), ("overlap", "tile")]
 
 
 def _meta(*shape, dtype=torch.bfloat16):
@@ -119,6 +133,11 @@ def test_input_checks(make, match, exc):
         cute_ops.gemm_pair(a, b0, b1, **kw)
 
 
+@pytest.mark.skipif(not cute_ops.schemas_loaded(), reason="cute_ops._C not built")
+def test_hold_sms_fake_impl():
+    assert torch.ops.cute_ops._hold_sms(torch.empty(2, dtype=torch.int32, device="meta"), 4) is None
+
+
 # ---------------------------------------------------------------- GPU
 def _problem(m, dtype, activation, hidden=HIDDEN, inter=INTER, out=OUT, device="cuda"):
     """(a, b0, b1) with unit-scale outputs: weights scaled by 1/sqrt(fan-in)."""
@@ -129,16 +148,39 @@ def _problem(m, dtype, activation, hidden=HIDDEN, inter=INTER, out=OUT, device="
     return a, b0, b1
 
 
-def _expected(a, b0, b1, activation):
-    return ref.gemm_pair(a.double(), b0.double(), b1.double(), activation, round_h=a.dtype)
+def _assert_matches(out, a, b0, b1, activation="swiglu"):
+    """out against act(a @ b0.T) @ b1.T: the float64 result, bounded by PyTorch's error in a's dtype."""
+    assert out.shape == (a.shape[0], b1.shape[0]) and out.dtype == a.dtype
+    expected = ref.gemm_pair(a.double(), b0.double(), b1.double(), activation)
+    lowp = ref.gemm_pair(a, b0, b1, activation)  # PyTorch in the working dtype
+    assert_close_to_reference(out, expected, lowp, k=ERROR_K)
 
 
 def _check(a, b0, b1, activation, **kw):
     poison_allocator(a.shape[0] * b1.shape[0] * a.element_size())
     out = cute_ops.gemm_pair(a, b0, b1, activation, **kw)
-    assert out.shape == (a.shape[0], b1.shape[0]) and out.dtype == a.dtype
-    torch.testing.assert_close(out.double(), _expected(a, b0, b1, activation), **TOL[a.dtype])
+    _assert_matches(out, a, b0, b1, activation)
     return out
+
+
+_fresh_widths = itertools.count(100)
+
+
+def _fresh_b1(like):
+    """A b1 like `like` whose n1 no other call in this process has used: its order table is new."""
+    n1 = 8 * next(_fresh_widths)  # 800, 808, ...: no other test uses these widths
+    return (torch.randn(n1, like.shape[1], device=like.device) * (2 / like.shape[1]) ** 0.5).to(like.dtype)
+
+
+def _within(seconds, done) -> bool:
+    """Polls done() until it is true (True) or `seconds` have passed (False): a GPU hang fails a
+    test instead of hanging it."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 @pytest.mark.gpu
@@ -150,9 +192,26 @@ def test_matches_reference(m, dtype, activation):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("policy, granularity", [
-    ("sequential", "tile"), ("sequential", "row"), ("row_interleaved", "tile"), ("row_interleaved", "row"),
-    ("overlap", "tile")])
+@pytest.mark.parametrize("bug", ["b1_row", "h_group_swap"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_check_fails_a_small_bug(dtype, bug):
+    # Our output passes against the true references and fails against references of a slightly
+    # different problem, as a small bug in the kernel would make it: one output column's weights
+    # (a row of b1) off by 10% of their spread, or two neighbouring 8-column groups of h's weights
+    # swapped (one 16-byte vector read from the wrong place).
+    a, b0, b1 = _problem(64, dtype, "swiglu")
+    out = _check(a, b0, b1, "swiglu")
+    wrong = b1.clone()
+    if bug == "b1_row":
+        wrong[17] += (0.1 * b1.float().std() * torch.randn_like(b1[17], dtype=torch.float32)).to(dtype)
+    else:
+        wrong[:, 64:72], wrong[:, 72:80] = b1[:, 72:80], b1[:, 64:72]
+    with pytest.raises(AssertionError, match="exceeds"):
+        _assert_matches(out, a, b0, wrong)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("policy, granularity", POLICY_GRANULARITIES)
 @pytest.mark.parametrize("split_k0, split_k1", [(None, None), (0, 0), (0, 64), (72, 64), (128, None)])
 @pytest.mark.parametrize("m", M_SIZES)
 def test_every_policy_and_granularity(m, policy, granularity, split_k0, split_k1):
@@ -171,7 +230,7 @@ def test_forced_tile_configs_and_overlap_lag(m, block_m, lag):
 
 @pytest.mark.gpu
 def test_llama_shape_fused_mlp_and_nd_input():
-    # LLaMA-3-8B widths at decode size, x [batch, seq, hidden]; against cuBLAS's unfused MLP. M = 6
+    # LLaMA-3-8B widths at decode size, x [batch, seq, hidden]; against the unfused MLP. M = 6
     # takes the automatic K-splits of both GEMMs.
     hidden, inter = 4096, 14336
     x = torch.randn(2, 3, hidden, device="cuda", dtype=torch.bfloat16)
@@ -179,8 +238,8 @@ def test_llama_shape_fused_mlp_and_nd_input():
     wd = (torch.randn(hidden, inter, device="cuda") / inter ** 0.5).to(torch.bfloat16)
     out = cute_ops.fused_mlp(x, cute_ops.pack_gate_up(wg, wu), wd)
     assert out.shape == (2, 3, hidden)
-    expected = ref.llama_mlp(x.double(), wg.double(), wu.double(), wd.double())
-    torch.testing.assert_close(out.double(), expected, atol=2e-2, rtol=2e-2)
+    assert_close_to_reference(out, ref.llama_mlp(x.double(), wg.double(), wu.double(), wd.double()),
+                              ref.llama_mlp(x, wg, wu, wd), k=ERROR_K)
 
 
 @pytest.mark.gpu
@@ -198,7 +257,7 @@ def test_finishes_while_another_kernel_holds_the_sms(policy):
     # launch begins, and gemm_pair's CTAs get slots only as the GEMM's drain. The result must be
     # right, and the call must finish (a deadlock would hang here).
     a, b0, b1 = _problem(1000, torch.bfloat16, "swiglu", hidden=1024, inter=3072, out=1024)
-    cute_ops.gemm_pair(a, b0, b1, policy=policy)  # uploads the order outside the contention
+    cute_ops.gemm_pair(a, b0, b1, policy=policy)  # loads the kernel outside the contention
     big = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     hog, mine = torch.cuda.Stream(), torch.cuda.Stream()
     torch.cuda.synchronize()
@@ -209,43 +268,98 @@ def test_finishes_while_another_kernel_holds_the_sms(policy):
         out = cute_ops.gemm_pair(a, b0, b1, policy=policy)
         done = torch.cuda.Event()
         done.record()
-    deadline = time.monotonic() + 60
-    while not done.query():
-        assert time.monotonic() < deadline, "gemm_pair did not finish within 60 s"
-        time.sleep(0.01)
+    assert _within(60, done.query), "gemm_pair did not finish within 60 s"
     torch.cuda.synchronize()
-    torch.testing.assert_close(out.double(), _expected(a, b0, b1, "swiglu"), **TOL[torch.bfloat16])
+    _assert_matches(out, a, b0, b1)
 
 
-def _green_context(num_sms):
-    green = getattr(torch.cuda, "green_contexts", None)
-    if green is None or not getattr(green, "SUPPORTED", False):
-        pytest.skip("this PyTorch has no CUDA green contexts (needed to confine a launch to a few SMs)")
-    return green.GreenContext.create(num_sms=num_sms, device_id=torch.cuda.current_device())
+# ---------------------------------------------------------------- GPU: few co-resident CTAs
+FREE_SMS = 8
+
+
+def _run_with_sms_held(launch, free_sms=FREE_SMS, seconds=60.0):
+    """Calls launch() (which queues work on the current stream) while all but `free_sms` SMs are
+    held by torch.ops.cute_ops._hold_sms, and returns its result once that work has finished.
+
+    Each holder CTA takes an SM's whole shared memory, so no other CTA fits beside it. The holders
+    are launched on their own stream and counted resident (a copy of their counter on a third
+    stream, which does not wait for them) before launch() runs; they are released by a host-to-
+    device copy on a fourth stream (a copy engine needs no SM). Work that does not finish while
+    the SMs are held fails the test; work that does not finish even after the release ends the
+    process, since every later synchronisation would hang."""
+    holders = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count - free_sms
+    hold_stream, read_stream, release_stream = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(hold_stream):  # not from the caller's stream's cached blocks
+        control = torch.zeros(2, dtype=torch.int32, device="cuda")  # [holders resident, release]
+    resident = torch.zeros(1, dtype=torch.int32).pin_memory()
+    release = torch.ones(1, dtype=torch.int32).pin_memory()
+    held, done = torch.cuda.Event(), torch.cuda.Event()
+    torch.cuda.synchronize()  # nothing else runs when the holders take their SMs
+
+    def all_resident():
+        with torch.cuda.stream(read_stream):
+            resident.copy_(control[:1], non_blocking=True)
+        read_stream.synchronize()
+        return resident.item() == holders
+
+    with torch.cuda.stream(hold_stream):
+        torch.ops.cute_ops._hold_sms(control, holders)
+        held.record()
+    try:
+        assert _within(10, all_resident), \
+            f"only {resident.item()} of {holders} SM holders became resident within 10 s (is the GPU shared?)"
+        result = launch()
+        done.record()
+        finished = _within(seconds, done.query)
+    finally:
+        with torch.cuda.stream(release_stream):
+            control[1:].copy_(release, non_blocking=True)
+    if not _within(seconds, lambda: done.query() and held.query()):
+        # Any later synchronisation (a fixture's teardown, pytest.exit's session teardown) would
+        # hang on the stuck kernel: leave the process, which ends its CUDA context.
+        sys.stderr.write(f"\nFATAL: work launched with {free_sms} free SMs still runs {seconds:.0f} s after the SM "
+                         f"holders were released; the GPU is stuck, exiting\n")
+        sys.stderr.flush()
+        os._exit(1)
+    assert finished, f"work did not finish within {seconds:.0f} s on {free_sms} free SMs (deadlock?), but did " \
+                     f"once the other SMs were released"
+    torch.cuda.synchronize()
+    return result
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("policy, granularity", [("sequential", "row"), ("row_interleaved", "tile"), ("overlap", "tile")])
+@pytest.mark.parametrize("policy, granularity", POLICY_GRANULARITIES)
 @pytest.mark.parametrize("split_k0", [None, 128])
 def test_few_co_resident_ctas(policy, granularity, split_k0):
-    # A green context confines the launch to 8 SMs (2-3 CTAs each): hundreds of tiles with
-    # dependencies run through ~20 slots. With blockIdx-ordered tiles this could deadlock.
-    cases = [_problem(m, torch.bfloat16, "swiglu", hidden=512, inter=1536, out=512) for m in (1, 300)]
+    # All SMs but 8 are held, so hundreds of tiles with dependencies run through the 8-24 CTA slots
+    # of 8 SMs. With blockIdx-ordered tiles this could deadlock; with tickets it cannot
+    # (docs/gemm_pair.md). On an H100, M = 1 makes 128 tiles (320 with split_k0 = 128), M = 300 384 (960).
+    cases = [_problem(m, torch.bfloat16, "swiglu", hidden=512, inter=4096, out=512) for m in (1, 300)]
     kw = dict(policy=policy, granularity=granularity, lag=0, split_k0=split_k0)
-    for a, b0, b1 in cases:  # orders uploaded outside the green context
-        cute_ops.gemm_pair(a, b0, b1, **kw)
-    torch.cuda.synchronize()
-    ctx = _green_context(8)
-    ctx.set_context()
-    try:
-        outs = [cute_ops.gemm_pair(a, b0, b1, **kw) for a, b0, b1 in cases]
-        torch.cuda.synchronize()
-    finally:
-        ctx.pop_context()
+    work = torch.cuda.Stream()
+    with torch.cuda.stream(work):
+        # Once before the SMs are held: loads the kernels (CUDA's lazy loading may synchronise the
+        # context, which would wait for the holders) and caches this stream's blocks of these sizes.
+        for a, b0, b1 in cases:
+            cute_ops.gemm_pair(a, b0, b1, **kw)
+        poison_allocator(*(a.shape[0] * b1.shape[0] * a.element_size() for a, _, b1 in cases))
+
+        outs = _run_with_sms_held(lambda: [cute_ops.gemm_pair(a, b0, b1, **kw) for a, b0, b1 in cases])
     for (a, b0, b1), out in zip(cases, outs):
-        torch.testing.assert_close(out.double(), _expected(a, b0, b1, "swiglu"), **TOL[torch.bfloat16])
+        _assert_matches(out, a, b0, b1)
 
 
+@pytest.mark.gpu
+def test_hold_sms_checks_its_arguments():
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    control = torch.zeros(2, dtype=torch.int32, device="cuda")
+    with pytest.raises(RuntimeError, match="num_ctas must be in"):
+        torch.ops.cute_ops._hold_sms(control, sms + 1)
+    with pytest.raises(RuntimeError, match="contiguous int32 tensor of at least 2"):
+        torch.ops.cute_ops._hold_sms(control[:1], 1)
+
+
+# ---------------------------------------------------------------- GPU: graphs, streams, first calls
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 300])
 def test_cuda_graph_replays_with_new_inputs(m):
@@ -257,16 +371,106 @@ def test_cuda_graph_replays_with_new_inputs(m):
         b1.copy_(torch.randn_like(b1, dtype=torch.float32).to(b1.dtype) * 0.1)
         graph.replay()
         torch.cuda.synchronize()
-        torch.testing.assert_close(holder["out"].double(), _expected(a, b0, b1, "swiglu"), **TOL[torch.bfloat16])
+        _assert_matches(holder["out"], a, b0, b1)
+
+
+SLEEP_CYCLES = 1_000_000_000  # torch.cuda._sleep: 0.5 s at 2 GHz, longer at lower clocks
 
 
 @pytest.mark.gpu
-def test_first_call_under_capture_says_what_to_do():
-    a, b0, b1 = _problem(5, torch.float16, "none", hidden=72, inter=88, out=24)
+def test_first_call_for_a_new_shape_does_not_wait_for_the_stream():
+    # A serving loop meets a batch size it has not seen: building and uploading that shape's tile
+    # order must not make the host wait for the work already queued on the stream.
+    kw = dict(block_m=16, split_k0=0, split_k1=64)
+    a, b0, b1 = _problem(5, torch.bfloat16, "swiglu")
+    cute_ops.gemm_pair(a, b0, b1, **kw)  # loads this kernel; creates the upload stream and staging buffer
+    b1_new = _fresh_b1(b1)
+    torch.cuda._sleep(1)  # loads the sleep kernel
+    torch.cuda.synchronize()
+    torch.cuda._sleep(SLEEP_CYCLES)
+    start = time.monotonic()
+    out = cute_ops.gemm_pair(a, b0, b1_new, **kw)
+    returned_after = time.monotonic() - start
+    busy = not torch.cuda.current_stream().query()
+    torch.cuda.synchronize()
+    assert busy, (f"the first call for a new shape returned after {returned_after:.3f} s, when the stream had "
+                  f"already run the ~0.5 s sleep queued before it: the call waited for the stream")
+    _assert_matches(out, a, b0, b1_new)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 300])
+def test_first_call_for_a_shape_inside_graph_capture(m):
+    # The first call for a shape may come during capture: its order is uploaded then (the capture
+    # waits on the host for that copy), and the graph replays it with new inputs.
+    kw = dict(split_k0=64, split_k1=64)
+    a, b0, b1 = _problem(m, torch.bfloat16, "swiglu")
+    cute_ops.gemm_pair(a, b0, b1, **kw)  # loads this kernel: what is new in the capture is the shape
+    b1_new = _fresh_b1(b1)
     graph = torch.cuda.CUDAGraph()
-    with pytest.raises(RuntimeError, match="call it once with the same shapes"):
-        with torch.cuda.graph(graph):
-            cute_ops.gemm_pair(a, b0, b1, "none", policy="row_interleaved", granularity="row")
+    with torch.cuda.graph(graph):
+        out = cute_ops.gemm_pair(a, b0, b1_new, **kw)
+    for _ in range(2):
+        a.copy_(torch.randn_like(a, dtype=torch.float32).to(a.dtype))
+        b1_new.copy_(torch.randn_like(b1_new, dtype=torch.float32).to(b1_new.dtype) * 0.1)
+        graph.replay()
+        torch.cuda.synchronize()
+        _assert_matches(out, a, b0, b1_new)
+
+
+@pytest.mark.gpu
+def test_first_call_on_another_thread_does_not_break_a_capture():
+    # While the main thread captures a graph in global mode (PyTorch's default, under which any
+    # thread's capture-unsafe CUDA call invalidates the capture), another thread makes the first
+    # call for a table: its cudaMalloc, pinned staging and event waits run in relaxed capture mode.
+    kw = dict(block_m=16, split_k0=0, split_k1=64)
+    a, b0, b1 = _problem(5, torch.bfloat16, "swiglu")
+    b1_other = _fresh_b1(b1)
+    side, capturing = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        # The same sizes with another policy (another table): loads the kernel and leaves blocks of
+        # these sizes cached for `side`, so that PyTorch's allocator does not cudaMalloc during the
+        # capture (it would, on a stream that is not capturing, and that is PyTorch's call, not ours).
+        cute_ops.gemm_pair(a, b0, b1_other, policy="row_interleaved", **kw)
+    with torch.cuda.stream(capturing):
+        cute_ops.gemm_pair(a, b0, b1, **kw)  # the captured call is warm
+    torch.cuda.synchronize()
+
+    result, started = {}, threading.Event()
+
+    def other_thread():
+        try:
+            started.wait(30)
+            with torch.cuda.device(a.device), torch.cuda.stream(side):
+                result["out"] = cute_ops.gemm_pair(a, b0, b1_other, policy="sequential", **kw)
+        except BaseException as e:  # reported by the main thread
+            result["error"] = e
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    graph = torch.cuda.CUDAGraph()
+    # capture_begin rather than torch.cuda.graph, which empties the allocator's cache first.
+    with torch.cuda.stream(capturing):
+        graph.capture_begin(capture_error_mode="global")
+        try:
+            started.set()
+            thread.join(60)
+            mine = cute_ops.gemm_pair(a, b0, b1, **kw)
+        finally:
+            capture_error = None
+            try:
+                graph.capture_end()
+            except RuntimeError as e:
+                capture_error = e
+    assert not thread.is_alive(), "the other thread's call did not return within 60 s"
+    assert "error" not in result, f"the other thread's first call failed: {result.get('error')!r}"
+    assert capture_error is None, f"the capture was broken by the other thread's first call: {capture_error}"
+    torch.cuda.synchronize()
+    _assert_matches(result["out"], a, b0, b1_other)
+    a.copy_(torch.randn_like(a, dtype=torch.float32).to(a.dtype))
+    graph.replay()
+    torch.cuda.synchronize()
+    _assert_matches(mine, a, b0, b1)
 
 
 @pytest.mark.gpu
@@ -277,7 +481,7 @@ def test_current_stream_and_opcheck():
     with torch.cuda.stream(side):
         out = cute_ops.gemm_pair(a, b0, b1)
     torch.cuda.current_stream().wait_stream(side)
-    torch.testing.assert_close(out.double(), _expected(a, b0, b1, "swiglu"), **TOL[torch.bfloat16])
+    _assert_matches(out, a, b0, b1)
     torch.library.opcheck(torch.ops.cute_ops.gemm_pair.default, (a, b0, b1), {"split_k0": 128, "split_k1": 64})
 
 

@@ -3,6 +3,7 @@
 // split, the combine kernel. Both are programmatic dependents of the kernel before them
 // (common/pdl.h): the attention kernel of the append kernel or of whatever ran before the op, the
 // combine kernel of the attention kernel. Compiled one instantiation per file (instantiations/).
+#include "common/kernel_attributes.h"
 #include "common/pdl.h"
 #include "flash_decode/flash_decode_combine.h"
 #include "flash_decode/flash_decode_kernel.h"
@@ -22,8 +23,8 @@ void launch_decode(const FlashDecodeParams& p, cudaStream_t stream) {
   constexpr int kSmem = Traits::kSmemBytes;
   auto kernel = &flash_decode_kernel<Traits>;
   if constexpr (kSmem > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-               "flash_decode shared memory");
+    static DynamicSmemOptIn smem_opt_in;  // this instantiation's, set once per device
+    smem_opt_in.apply(kernel, kSmem, "flash_decode shared memory");
   }
   const int m_blocks = (flash_decode_rows(p) + Traits::kBlockM - 1) / Traits::kBlockM;
   launch_dependent(p.pdl, kernel, dim3(p.h_k * m_blocks, p.num_splits, p.b), dim3(Traits::kNThreads), kSmem, stream,

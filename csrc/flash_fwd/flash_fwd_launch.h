@@ -2,6 +2,7 @@
 // Tile choice per head dim and the launch of one instantiation (run_flash_fwd_<...>), which the
 // files under instantiations/ compile one (dtype, head dim, causal) at a time.
 #include "common/cuda_check.h"
+#include "common/kernel_attributes.h"
 #include "flash_fwd/flash_fwd_kernel.h"
 
 #include <type_traits>
@@ -33,8 +34,8 @@ void launch_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   constexpr int kSmem = Traits::kSmemBytes;
   auto kernel = &flash_fwd_kernel<Traits, kIsCausal>;
   if constexpr (kSmem > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-               "flash_fwd shared memory");
+    static DynamicSmemOptIn smem_opt_in;  // this instantiation's, set once per device
+    smem_opt_in.apply(kernel, kSmem, "flash_fwd shared memory");
   }
   const dim3 grid((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.b, p.h);
   kernel<<<grid, Traits::kNThreads, kSmem, stream>>>(p);

@@ -2,6 +2,7 @@
 // The tile config per block_m and the launch of one instantiation (run_gemm_pair_<Element,
 // kBlockM>), which the files under instantiations/ compile one (dtype, block_m) at a time.
 #include "common/cuda_check.h"
+#include "common/kernel_attributes.h"
 #include "gemm_pair/gemm_pair_kernel.h"
 
 namespace cute_ops {
@@ -27,8 +28,8 @@ auto prepared_kernel() {
   constexpr int kSmem = Traits::kSmemBytes;
   auto kernel = &gemm_pair_kernel<Traits, kSplitK0>;
   if constexpr (kSmem > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-               "gemm_pair shared memory");
+    static DynamicSmemOptIn smem_opt_in;  // this instantiation's, set once per device
+    smem_opt_in.apply(kernel, kSmem, "gemm_pair shared memory");
   }
   return kernel;
 }
@@ -49,7 +50,7 @@ void run_gemm_pair_(const GemmPairParams& p, cudaStream_t stream) {
 }
 
 // CTAs of this config that fit on one SM of the current device (the instantiation without GEMM0's
-// K-split: the op asks before it picks the split).
+// K-split: the op asks before it picks the split, and caches the answer per device).
 template <typename Element, int kBlockM>
 int gemm_pair_ctas_per_sm_() {
   using Traits = typename gemm_pair::TileConfig<kBlockM, Element>::type;

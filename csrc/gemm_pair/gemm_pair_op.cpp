@@ -1,15 +1,20 @@
 // Torch glue for gemm_pair: checks, the tile config and K-split choice, the order table (built
 // once per shape and device, then cached on the device), per-call workspace, launch, registration.
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <tuple>
 
 #include "common/device_info.h"
+#include "common/per_device.h"
 #include "common/torch_utils.h"
 #include "gemm_pair/gemm_pair.h"
 #include "gemm_pair/tile_order.h"
@@ -24,47 +29,142 @@ using gemm_pair::Policy;
 
 constexpr const char* kOp = "gemm_pair";
 
-// CTAs of a config that fit on an SM, for the K-split and the overlap policy's lag: an occupancy
-// query, made once per (config, dtype) (every device here is one architecture).
-int ctas_per_sm(int block_m, bool is_bf16) {
-  static std::array<std::atomic<int>, 8> cache{};
-  const int slot = (block_m == 16 ? 0 : block_m == 64 ? 1 : 2) * 2 + is_bf16;
-  int v = cache[slot].load(std::memory_order_relaxed);
-  if (v == 0) {
-    v = std::max(1, gemm_pair_ctas_per_sm(block_m, is_bf16));
-    cache[slot].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
-
 int auto_block_m(int64_t m) { return m <= 16 ? 16 : m <= 64 ? 64 : 128; }
 
-// Order tables live on the device for the life of the process, one per (device, geometry,
-// policy): building and uploading one is a host loop and a blocking copy, paid once.
-at::Tensor order_table(const Geometry& g, Policy policy, bool tile_sync, int64_t lag, const at::Device& device,
-                       cudaStream_t stream) {
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, int, int64_t, int64_t, int, bool, int64_t>;
-  static auto* cache = new std::map<Key, at::Tensor>();  // never destroyed: outlives the CUDA context
-  static std::mutex mutex;
-  const Key key{device.index(), g.m_blocks(), g.k, g.n0, g.n1, g.gated, g.block_m, g.split_k0, g.split_k1,
-                static_cast<int>(policy), tile_sync, policy == Policy::kOverlap ? lag : 0};
-  std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = cache->find(key); it != cache->end()) return it->second;
+// CTAs of a config that fit on an SM of `device` (the current device), for the K-splits and the
+// overlap policy's lag: an occupancy query, made once per (device, config, dtype).
+int ctas_per_sm(int device, int block_m, bool is_bf16) {
+  static std::array<PerDeviceInt, 6> cache;
+  const int config = (block_m == 16 ? 0 : block_m == 64 ? 1 : 2) * 2 + is_bf16;
+  return cache[config].get(device, [&] { return std::max(1, gemm_pair_ctas_per_sm(block_m, is_bf16)); });
+}
 
+// ---- Order tables ----------------------------------------------------------------------------
+// One per (device, geometry, policy), built on the host by the first call that needs it and kept
+// on the device for the life of the process. That first call must not block its stream's work,
+// nor break a CUDA graph being captured by it or by another thread (docs/gemm_pair.md, "The order
+// upload"):
+//   - the order goes through a pinned staging buffer and a private non-blocking stream, whose copy
+//     records the table's `uploaded` event; the caller's stream waits for that event on the
+//     device, never the host for the caller's stream;
+//   - a stream that is being captured cannot depend on an event recorded outside its capture, so
+//     a capturing caller waits for the event on the host instead: a small copy on an idle stream;
+//   - device memory comes from cudaMalloc (a table outlives any graph's memory pool), and every
+//     call that a global-mode capture counts as unsafe (cudaMalloc, cudaHostAlloc, event queries
+//     and waits) runs with this thread in relaxed capture mode, so that it neither fails here nor
+//     invalidates another thread's capture.
+
+constexpr size_t kStagingBytes = 256 << 10;  // larger tables go through it in several copies
+
+// A device's upload path: the private stream and the staging buffer, one upload at a time.
+struct Uploader {
+  std::mutex mutex;
+  cudaStream_t stream = nullptr;
+  void* staging = nullptr;              // pinned, kStagingBytes
+  cudaEvent_t staging_free = nullptr;   // recorded after each copy out of `staging`
+};
+
+struct OrderTable {
+  std::mutex mutex;                      // held by the one thread that builds and uploads it
+  std::atomic<bool> ready{false};        // data and uploaded are set (release / acquire)
+  std::atomic<bool> upload_seen{false};  // uploaded was seen complete (after ready): no wait needed
+  int4* data = nullptr;                  // device memory, never freed
+  cudaEvent_t uploaded = nullptr;        // recorded once, after the table's last copy
+};
+
+using OrderKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, bool, int, int64_t, int64_t, int, bool, int64_t>;
+
+// The maps, guarded by one mutex that is held only to find or add an entry. Entries are never
+// removed, so the references handed out stay valid; never destroyed: they outlive the CUDA context.
+struct OrderCache {
+  std::mutex mutex;
+  std::map<OrderKey, std::unique_ptr<OrderTable>> tables;
+  std::map<int, std::unique_ptr<Uploader>> uploaders;
+};
+
+OrderCache& order_cache() {
+  static auto* cache = new OrderCache();
+  return *cache;
+}
+
+template <typename Map>
+typename Map::mapped_type::element_type& find_or_add(Map& map, const typename Map::key_type& key) {
+  std::lock_guard<std::mutex> lock(order_cache().mutex);
+  auto& entry = map[key];
+  if (!entry) entry = std::make_unique<typename Map::mapped_type::element_type>();
+  return *entry;
+}
+
+// Copies `bytes` from the host to `dst` on the uploader's stream, through its staging buffer, and
+// records `done` after the last copy. Waits on the host only for this stream's earlier copies out
+// of the staging buffer. The current device is the uploader's.
+void upload(Uploader& up, const void* src, size_t bytes, void* dst, cudaEvent_t done) {
+  std::lock_guard<std::mutex> lock(up.mutex);
+  if (!up.stream) check_cuda(cudaStreamCreateWithFlags(&up.stream, cudaStreamNonBlocking), "gemm_pair upload stream");
+  if (!up.staging_free) {
+    check_cuda(cudaEventCreateWithFlags(&up.staging_free, cudaEventDisableTiming), "gemm_pair upload event");
+  }
+  if (!up.staging) check_cuda(cudaHostAlloc(&up.staging, kStagingBytes, cudaHostAllocDefault), "gemm_pair staging");
+  for (size_t offset = 0; offset < bytes; offset += kStagingBytes) {
+    const size_t n = std::min(kStagingBytes, bytes - offset);
+    check_cuda(cudaEventSynchronize(up.staging_free), "gemm_pair staging reuse");
+    std::memcpy(up.staging, static_cast<const char*>(src) + offset, n);
+    check_cuda(cudaMemcpyAsync(static_cast<char*>(dst) + offset, up.staging, n, cudaMemcpyHostToDevice, up.stream),
+               "gemm_pair order upload");
+    check_cuda(cudaEventRecord(up.staging_free, up.stream), "gemm_pair order upload");
+  }
+  check_cuda(cudaEventRecord(done, up.stream), "gemm_pair order upload");
+}
+
+void build_and_upload(OrderTable& table, const Geometry& g, Policy policy, bool tile_sync, int64_t lag, int device) {
+  const std::vector<gemm_pair::Entry> order = gemm_pair::build_order(g, policy, tile_sync, lag);
+  const size_t bytes = order.size() * sizeof(gemm_pair::Entry);
+  // A retry after a failure keeps what the failed attempt allocated.
+  if (!table.data) check_cuda(cudaMalloc(reinterpret_cast<void**>(&table.data), bytes), "gemm_pair order table");
+  if (!table.uploaded) {
+    check_cuda(cudaEventCreateWithFlags(&table.uploaded, cudaEventDisableTiming), "gemm_pair order event");
+  }
+  upload(find_or_add(order_cache().uploaders, device), order.data(), bytes, table.data, table.uploaded);
+}
+
+// Orders `stream` after the table's upload, until the upload has been seen complete once.
+void wait_for_upload(OrderTable& table, cudaStream_t stream) {
+  const cudaError_t state = cudaEventQuery(table.uploaded);
+  if (state == cudaSuccess) {
+    table.upload_seen.store(true, std::memory_order_release);
+    return;
+  }
+  if (state != cudaErrorNotReady) check_cuda(state, "gemm_pair order upload");
+  (void)cudaGetLastError();  // not ready is no error: keep it from failing the launch check
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   check_cuda(cudaStreamIsCapturing(stream, &capture), "gemm_pair capture status");
-  TORCH_CHECK(capture == cudaStreamCaptureStatusNone, kOp,
-              ": the first call for a shape builds and uploads its tile order, which cannot happen during CUDA "
-              "graph capture; call it once with the same shapes and policy before capturing");
-  const std::vector<gemm_pair::Entry> order = gemm_pair::build_order(g, policy, tile_sync, lag);
-  at::Tensor table = at::empty({static_cast<int64_t>(order.size()), 4}, at::TensorOptions().dtype(at::kInt).device(device));
-  check_cuda(cudaMemcpyAsync(table.data_ptr(), order.data(), order.size() * sizeof(gemm_pair::Entry),
-                             cudaMemcpyHostToDevice, stream),
-             "gemm_pair order upload");
-  // Other streams may use the cached table next; this one-time wait makes it safe for them.
-  check_cuda(cudaStreamSynchronize(stream), "gemm_pair order upload");
-  cache->emplace(key, table);
-  return table;
+  if (capture == cudaStreamCaptureStatusNone) {
+    check_cuda(cudaStreamWaitEvent(stream, table.uploaded, 0), "gemm_pair order wait");
+  } else {
+    check_cuda(cudaEventSynchronize(table.uploaded), "gemm_pair order wait");
+    table.upload_seen.store(true, std::memory_order_release);
+  }
+}
+
+// The device copy of the order (`policy`'s, for geometry g) for a launch on `stream`, which has
+// been ordered after its upload. The current device is `device`.
+const int4* order_table(const Geometry& g, Policy policy, bool tile_sync, int64_t lag, int device,
+                        cudaStream_t stream) {
+  const OrderKey key{device, g.m_blocks(), g.k, g.n0, g.n1, g.gated, g.block_m, g.split_k0, g.split_k1,
+                     static_cast<int>(policy), tile_sync, policy == Policy::kOverlap ? lag : 0};
+  OrderTable& table = find_or_add(order_cache().tables, key);
+  if (table.upload_seen.load(std::memory_order_acquire)) return table.data;  // built, and on the device
+  const c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
+  if (!table.ready.load(std::memory_order_acquire)) {
+    // Other threads needing this table wait here for one build; other tables are not held up.
+    std::lock_guard<std::mutex> lock(table.mutex);
+    if (!table.ready.load(std::memory_order_relaxed)) {
+      build_and_upload(table, g, policy, tile_sync, lag, device);
+      table.ready.store(true, std::memory_order_release);
+    }
+  }
+  wait_for_upload(table, stream);
+  return table.data;
 }
 
 void check_operand(const at::Tensor& t, const at::Tensor& a, const char* name) {
@@ -109,8 +209,9 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   g.m = m, g.k = k, g.n0 = n0, g.n1 = n1, g.gated = gated;
   g.block_m = block_m ? static_cast<int>(block_m) : auto_block_m(m);
   g.block_n0 = g.block_n1 = kGemmPairBlockN;
-  const int per_sm = ctas_per_sm(g.block_m, a.scalar_type() == at::kBFloat16);
-  const int64_t slots = int64_t{device_info(a.device().index()).sms} * per_sm;
+  const int device = a.device().index();
+  const int per_sm = ctas_per_sm(device, g.block_m, a.scalar_type() == at::kBFloat16);
+  const int64_t slots = int64_t{device_info(device).sms} * per_sm;
   TORCH_CHECK(split_k0 < 0 || split_k0 % 8 == 0, kOp, ": split_k0 must be -1 (automatic), 0 (no split) or a "
               "multiple of 8, got ", split_k0);
   g.split_k0 = split_k0 < 0 ? gemm_pair::auto_split_k0(g, slots, per_sm) : split_k0;
@@ -122,8 +223,8 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   // The overlap policy's lag counts GEMM0 tiles: by default the tiles whose splits fill the slots.
   const int64_t lag_used = lag < 0 ? std::max<int64_t>(1, slots / g.splits0()) : lag;
   // The two-launch control runs the sequential order's GEMM0 part, then its GEMM1 part.
-  const at::Tensor order =
-      order_table(g, separate_launches ? Policy::kSequential : pol, tile_sync, lag_used, a.device(), stream);
+  const int4* order =
+      order_table(g, separate_launches ? Policy::kSequential : pol, tile_sync, lag_used, device, stream);
 
   const int64_t splits0 = g.splits0(), splits = g.splits();
   const int64_t n_ready = g.m_blocks() * (tile_sync ? splits : 1);
@@ -141,7 +242,7 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   p.a = a.data_ptr(), p.b0 = b0.data_ptr(), p.b1 = b1.data_ptr(), p.h = h.data_ptr(), p.out = out.data_ptr();
   p.partials0 = splits0 > 1 ? partials0.data_ptr<float>() : nullptr;
   p.partials = splits > 1 ? partials.data_ptr<float>() : nullptr;
-  p.order = reinterpret_cast<const int4*>(order.data_ptr<int>());
+  p.order = order;
   int* c = counters.data_ptr<int>();
   p.ticket = c, p.ready = c + 2, p.arrived0 = c + 2 + n_ready, p.arrived = c + 2 + n_ready + n_arrived0;
   p.lda = a.stride(0);
