@@ -1,6 +1,11 @@
 """Benchmark cases for the flash_fwd family: the FlashAttention-2 paper's grid (16k tokens per
 batch, hidden size 2048) and LLaMA-3-8B prefill, against PyTorch SDPA's flash and cuDNN backends and,
-where it is installed, the flash-attn package."""
+where it is installed, the flash-attn package.
+
+No torch_compile baseline: Inductor's attention pattern matcher
+(torch/_inductor/fx_passes/fuse_attention.py) rewrites the matmul-softmax-matmul of an eager
+attention into aten.scaled_dot_product_attention, so it would time SDPA again, whose backends are
+measured here directly; and compiling every shape would cost minutes of GPU time a run."""
 from __future__ import annotations
 
 import functools

@@ -15,13 +15,14 @@ FAMILY_OPS = {"norm": "rms_norm", "rope": "rotary_embedding", "flash_fwd": "flas
               "flash_decode": "flash_decode", "gemm_pair": "gemm_pair"}
 
 
-def all_cases(families: list[str] | None = None) -> list[Case]:
-    chosen = families or list(FAMILIES)
+def chosen_families(families: list[str] | None = None) -> list[str]:
+    """`families` (all when None or empty), checked against the known ones."""
+    chosen = list(dict.fromkeys(families)) if families else list(FAMILIES)
     unknown = set(chosen) - set(FAMILIES)
     if unknown:
         raise SystemExit(f"unknown benchmark families {sorted(unknown)}; known: {sorted(FAMILIES)}")
-    return [c for f in chosen for c in FAMILIES[f]()]
+    return chosen
 
 
-def chosen_families(families: list[str] | None = None) -> list[str]:
-    return families or list(FAMILIES)
+def all_cases(families: list[str] | None = None) -> list[Case]:
+    return [c for f in chosen_families(families) for c in FAMILIES[f]()]

@@ -4,7 +4,7 @@
 
 Each timed round runs the callable INNER times and synchronises once, so launch overhead is
 amortised; pytest-benchmark's numbers are per round. perf/run.py gives the event-timed figures that
-go into perf/results/latest.json.
+go into perf/results/<gpu>.json.
 """
 from __future__ import annotations
 

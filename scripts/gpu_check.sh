@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
-# The GPU check: build, run the whole test suite, run the benchmarks, write
-# perf/results/latest.json. Meant for a GPU machine with no network (CUTLASS headers in
-# third_party/cutlass, see scripts/fetch_cutlass.py). Logs and results are copied to $OUT when set.
+# The GPU check: build, run the whole test suite, run the benchmarks, write this GPU's results
+# file perf/results/<gpu>.json (and its copy perf/results/latest.json). Meant for a GPU machine
+# with no network (CUTLASS headers in third_party/cutlass, see scripts/fetch_cutlass.py). Logs and
+# the results files written are copied to $OUT when set.
 #
-#   bash scripts/gpu_check.sh                    # everything
+#   bash scripts/gpu_check.sh --commit SHA       # everything; SHA recorded as the commit measured
 #   bash scripts/gpu_check.sh --no-bench         # build + tests
 #   bash scripts/gpu_check.sh --pytest-bench     # also the pytest-benchmark suite (slower)
 #   CUTE_OPS_FAMILIES=norm bash scripts/gpu_check.sh --tests "-k norm" --bench-families norm
+#   # a full run in two commands at one commit (perf/run.py merges the second into the first's file):
+#   bash scripts/gpu_check.sh --commit SHA --bench-families norm,rope,flash_fwd --bench-replace
+#   bash scripts/gpu_check.sh --commit SHA --no-tests --bench-families flash_decode,gemm_pair
+#
+# The commit recorded is $CUTE_OPS_COMMIT (or --commit): the device's git copy may report a stale
+# HEAD, so without it perf/run.py records git's HEAD marked as possibly stale.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-bench=1; pytest_bench=0; test_args=""; bench_families=""
+bench=1; tests=1; pytest_bench=0; test_args=""; bench_families=""; bench_replace=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-bench) bench=0 ;;
+    --no-tests) tests=0 ;;
     --pytest-bench) pytest_bench=1 ;;
     --tests) test_args="$2"; shift ;;
     --bench-families) bench_families="$2"; shift ;;
+    --bench-replace) bench_replace=1 ;;
+    --commit) export CUTE_OPS_COMMIT="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -31,6 +41,7 @@ step "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 python3 scripts/fetch_cutlass.py --check || { echo "CUTLASS headers missing"; exit 1; }
+echo "commit: ${CUTE_OPS_COMMIT:-unset (perf/run.py falls back to git HEAD, marked as possibly stale)}"
 
 step "build"
 # This workplace's GPU image sets CXX=/opt/gcc/bin/g++, which links a private static copy of
@@ -48,16 +59,24 @@ fi
 grep -E "cute_ops setup:" "$logs/build.log" || true
 echo "built in $(( $(date +%s) - t0 ))s"
 
-step "tests"
-# shellcheck disable=SC2086
-python3 -m pytest -q -ra tests $test_args >"$logs/tests.log" 2>&1 || status=1
-tail -25 "$logs/tests.log"
+if [ "$tests" = 1 ]; then
+  step "tests"
+  # shellcheck disable=SC2086
+  python3 -m pytest -q -ra tests $test_args >"$logs/tests.log" 2>&1 || status=1
+  tail -25 "$logs/tests.log"
+fi
 
 if [ "$bench" = 1 ]; then
   step "benchmarks"
-  fam_arg=(); [ -n "$bench_families" ] && fam_arg=(--families "$bench_families")
-  python3 perf/run.py "${fam_arg[@]}" >"$logs/perf.log" 2>&1 || { status=1; tail -40 "$logs/perf.log"; }
-  [ -f perf/results/latest.json ] && [ -n "${OUT:-}" ] && cp perf/results/latest.json "$OUT/latest.json"
+  run_args=(); [ -n "$bench_families" ] && run_args=(--families "$bench_families")
+  [ "$bench_replace" = 1 ] && run_args+=(--replace)
+  stamp=$(mktemp)
+  python3 perf/run.py "${run_args[@]}" >"$logs/perf.log" 2>&1 || { status=1; tail -40 "$logs/perf.log"; }
+  # The results files this run wrote: the per-GPU file and latest.json.
+  if [ -n "${OUT:-}" ]; then
+    find perf/results -maxdepth 1 -name '*.json' -newer "$stamp" -exec cp {} "$OUT/" \;
+  fi
+  rm -f "$stamp"
   if [ "$pytest_bench" = 1 ]; then
     python3 -m pytest -q perf --benchmark-json="$logs/pytest_benchmark.json" \
       --benchmark-columns=median,iqr,rounds >"$logs/pytest_bench.log" 2>&1 || status=1

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Small odd-shaped calls of every kernel, good and bad device data alike, for compute-sanitizer:
+
+    compute-sanitizer --tool memcheck  python3 scripts/sanitizer_cases.py
+    compute-sanitizer --tool racecheck python3 scripts/sanitizer_cases.py
+
+Shapes are tiny (the tools slow kernels down 10-100x) and odd (tails in every tile loop). The bad
+cases run in the default "record" mode: the kernels must report them without touching memory out
+of bounds, which is what memcheck checks. Prints one line per case and "sanitizer cases done".
+"""
+from __future__ import annotations
+
+import torch
+
+import cute_ops
+
+DEV = "cuda"
+BF16 = torch.bfloat16
+
+
+def rand(*shape, dtype=BF16):
+    return torch.randn(*shape, device=DEV).to(dtype)
+
+
+def norm_cases():
+    for rows, hidden in ((1, 8), (17, 136), (3, 1000), (2, 40000)):
+        x, w = rand(rows, hidden), rand(hidden)
+        cute_ops.rms_norm(x, w)
+        cute_ops.fused_add_rms_norm(x, rand(rows, hidden), w)
+
+
+def rope_cases():
+    cache = cute_ops.rope_cos_sin_cache(64, 50, device=DEV)
+    for tokens, rot in ((1, 64), (17, 20)):
+        q, k = rand(tokens, 3, 64), rand(tokens, 1, 64)
+        pos = torch.randint(0, 50, (tokens,), device=DEV)
+        cute_ops.rotary_embedding(q, k, pos, cache[:, :rot].contiguous())
+    pos = torch.tensor([3, -1, 49, 50, 7], device=DEV)  # two positions outside the table
+    cute_ops.rotary_embedding(rand(5, 3, 64), rand(5, 1, 64), pos, cache)
+    assert cute_ops.read_errors() is not None
+
+
+def flash_fwd_cases():
+    for b, sq, sk, hq, hk, d, causal in ((1, 1, 1, 1, 1, 64, False), (2, 17, 33, 4, 2, 96, True),
+                                          (1, 130, 70, 2, 1, 128, True), (1, 65, 129, 2, 2, 256, False)):
+        cute_ops.flash_fwd(rand(b, sq, hq, d), rand(b, sk, hk, d), rand(b, sk, hk, d), causal=causal)
+    lengths_q, lengths_k = [5, 0, 17, 1], [9, 3, 0, 40]
+    q, k = rand(sum(lengths_q) + 6, 4, 64), rand(sum(lengths_k), 2, 64)
+    cu_q = torch.tensor([0, *lengths_q], device=DEV).cumsum(0).int() + 2  # 2 leading, 4 trailing padding rows
+    cu_k = torch.tensor([0, *lengths_k], device=DEV).cumsum(0).int()
+    cute_ops.flash_fwd_varlen(q, k, k.clone(), cu_q, cu_k, 17, 40, causal=True)
+    bad_q = cu_q.clone()
+    bad_q[-1] = q.shape[0] + 100  # past the rows of q
+    cute_ops.flash_fwd_varlen(q, k, k.clone(), bad_q, cu_k, 200, 40)
+    cute_ops.flash_fwd_varlen(q, k, k.clone(), cu_q, cu_k, 3, 5)  # sequences longer than the bounds
+    assert cute_ops.read_errors() is not None
+
+
+def flash_decode_cases():
+    for page in (None, 16):
+        cap, b, hk, d = 70, 3, 2, 64
+        if page is None:
+            kc, vc, table = rand(b, cap, hk, d), rand(b, cap, hk, d), None
+        else:
+            pages = b * 5 + 1
+            kc, vc = rand(pages, page, hk, d), rand(pages, page, hk, d)
+            table = torch.randperm(pages, device=DEV)[: b * 5].view(b, 5).int()
+        q, new = rand(b, 3, 8, d), rand(b, 3, hk, d)
+        cos_sin = cute_ops.rope_cos_sin_cache(d, 60, device=DEV)
+        good = torch.tensor([0, 17, 66], dtype=torch.int32, device=DEV)
+        for splits in (0, 1, 5):
+            cute_ops.flash_decode(q, kc, vc, good, new, new.clone(), table, num_splits=splits)
+        cute_ops.flash_decode(q, kc, vc, torch.tensor([0, 17, 50], dtype=torch.int32, device=DEV), new, new.clone(),
+                              table, cos_sin[:, :32], cos_sin[:, 32:])
+        for bad in ([0, -5, 3], [0, 78, 3], [0, 58, 3]):  # negative; past capacity; past the rotary table
+            lengths = torch.tensor(bad, dtype=torch.int32, device=DEV)
+            cute_ops.flash_decode(q, kc, vc, lengths, new, new.clone(), table, cos_sin[:, :32], cos_sin[:, 32:],
+                                  num_splits=3)
+            assert cute_ops.read_errors() is not None
+        if table is not None:
+            bad_table = table.clone()
+            bad_table[1, 0] = 10_000
+            cute_ops.flash_decode(q, kc, vc, good, new, new.clone(), bad_table, num_splits=2)
+            assert cute_ops.read_errors() is not None
+
+
+def gemm_pair_cases():
+    for m, act in ((1, "swiglu"), (17, "gelu"), (130, "none")):
+        k, inter, n1 = 72, 88, 24
+        n0 = 2 * inter if act == "swiglu" else inter
+        a, b0, b1 = rand(m, k), rand(n0, k) * 0.1, rand(n1, inter) * 0.1
+        for kw in ({}, dict(split_k0=24, split_k1=0), dict(policy="overlap", lag=1)):
+            cute_ops.gemm_pair(a, b0, b1, act, **kw)
+
+
+def main():
+    torch.manual_seed(0)
+    for name, run in (("norm", norm_cases), ("rope", rope_cases), ("flash_fwd", flash_fwd_cases),
+                      ("flash_decode", flash_decode_cases), ("gemm_pair", gemm_pair_cases)):
+        run()
+        torch.cuda.synchronize()
+        print(f"{name}: ok", flush=True)
+    cute_ops.read_errors()
+    print("sanitizer cases done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""CPU tests of the benchmark tooling in perf/: results file names, the merge rules of partial runs,
+the metrics, and the side-by-side report, on synthetic results (no GPU is used or needed)."""
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+PERF = pathlib.Path(__file__).resolve().parent.parent / "perf"
+sys.path.insert(0, str(PERF))
+
+import registry  # noqa: E402
+import report  # noqa: E402
+import run  # noqa: E402
+
+CEIL = {"copy_TBps": 3.0, "read_TBps": 3.3, "matmul_bf16_tflops": 700.0,
+        "read_by_kernel_TBps": {"torch_sum": 3.1, "triton_4096_4w": 3.3}}
+CEIL_H200 = {"copy_TBps": 4.2, "read_TBps": 4.5, "matmul_bf16_tflops": 720.0,
+             "read_by_kernel_TBps": {"torch_sum": 4.4, "triton_4096_4w": 4.5}}
+
+
+def fake_rows(families: list[str], ceil: dict, scale: float = 1.0) -> list[dict]:
+    """Rows as run.py writes them, from made-up times: ours 100 us, each baseline 10% slower than
+    the one before it, variants 5% slower than ours."""
+    rows = []
+    for case in registry.all_cases(families):
+        times = {"ours": 100.0 * scale}
+        for i, name in enumerate(n for n in case.impls if n != "ours"):
+            times[name] = 100.0 * scale * (1.05 if name.startswith("ours_") else 1.1 + 0.1 * i)
+        rows.append(run.row(case, times, {n: "graph 16 calls over 1 sets" for n in times}, ceil))
+    return rows
+
+
+def fake_doc(device: str, commit: str, families: list[str], ceil: dict = CEIL, scale: float = 1.0) -> dict:
+    return run.new_doc(device, commit, ceil, families, fake_rows(families, ceil, scale))
+
+
+ALL = list(registry.FAMILIES)
+
+
+# -- file names ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device, gpus, name", [
+    ("NVIDIA H100 80GB HBM3", 1, "h100"),
+    ("NVIDIA H200", 1, "h200"),
+    ("NVIDIA H200", 2, "h200x2"),
+    ("NVIDIA H100 PCIe", 1, "h100_pcie"),
+    ("NVIDIA A100-SXM4-80GB", 1, "a100_sxm4_80gb"),
+    ("NVIDIA GeForce RTX 4090", 1, "geforce_rtx_4090"),
+])
+def test_results_file_name(device, gpus, name):
+    assert report.gpu_slug(device, gpus) == name
+
+
+def test_commit_from_environment_else_marked_git(monkeypatch):
+    monkeypatch.setenv("CUTE_OPS_COMMIT", "0123abcd")
+    assert run.commit() == "0123abcd"
+    monkeypatch.delenv("CUTE_OPS_COMMIT")
+    c = run.commit()
+    assert c == "unknown" or c.endswith("(from git; may be stale)")
+
+
+# -- metrics ------------------------------------------------------------------------------------
+
+def test_frac_of_read_only_for_read_dominated_cases():
+    read_dominated = {c.family for c in registry.all_cases() if c.read_dominated}
+    assert read_dominated == {"flash_decode", "gemm_pair"}
+    for r, case in zip(fake_rows(ALL, CEIL), registry.all_cases()):
+        m = r["metrics"]
+        assert ("frac_of_read" in m) == case.read_dominated, case.id
+        if case.read_dominated:
+            assert m["frac_of_read"] == pytest.approx(m["TBps"] / CEIL["read_TBps"], abs=1e-3)
+            assert "frac_of_copy" in m  # beside it, not instead
+    # Ceilings of a run without a read ceiling: no frac_of_read at all.
+    old = {k: v for k, v in CEIL.items() if not k.startswith("read")}
+    assert not any("frac_of_read" in r["metrics"] for r in fake_rows(["flash_decode"], old))
+
+
+def test_best_baseline_includes_torch_compile_for_the_mlp():
+    case = registry.FAMILIES["gemm_pair"]()[0]
+    assert "torch_compile" in case.impls and "cublas_graph" in case.impls
+    r = run.row(case, {"ours": 10.0, "cublas_graph": 12.0, "cublas_eager": 13.0, "torch_compile": 11.0,
+                       "ours_overlap": 10.5}, {}, CEIL)
+    assert r["metrics"]["best_baseline"] == "torch_compile"
+    assert r["variants_us"] == {"ours_overlap": 10.5} and "ours_overlap" not in r["baselines_us"]
+
+
+def test_printed_table_shows_read_only_for_read_dominated_rows():
+    lines = run.table(fake_rows(["norm", "flash_decode"], CEIL)).splitlines()[1:]
+    for line in lines:
+        assert ("% read" in line) == line.startswith("flash_decode"), line
+
+
+# -- merge rules --------------------------------------------------------------------------------
+
+def test_subset_merges_only_into_same_device_and_commit(tmp_path):
+    path = tmp_path / "h200.json"
+    full = fake_doc("NVIDIA H200", "abc1234", ALL)
+    assert run.merge_refusal(None, path, "NVIDIA H200", "abc1234", ["norm"]) is None
+    assert run.merge_refusal(full, path, "NVIDIA H200", "abc1234", ["norm"]) is None
+    assert run.merge_refusal(full, path, "NVIDIA H200", "abc1234def567890", ["norm"]) is None  # full sha
+    for device, commit, says in [("NVIDIA H200", "fed4321", "commit abc1234"),
+                                 ("NVIDIA H100 80GB HBM3", "abc1234", "NVIDIA H200")]:
+        msg = run.merge_refusal(full, path, device, commit, ["norm"])
+        assert msg and says in msg and "--replace" in msg and "--out" in msg
+    unknown = fake_doc("NVIDIA H200", "unknown", ["norm"])
+    assert run.merge_refusal(unknown, path, "NVIDIA H200", "unknown", ["rope"])
+
+
+def test_merge_replaces_the_families_run_and_keeps_each_parts_ceilings():
+    first = fake_doc("NVIDIA H200", "abc1234", ["norm", "rope", "flash_fwd"], CEIL_H200)
+    ceil2 = {**CEIL_H200, "read_TBps": 4.0}
+    second = fake_doc("NVIDIA H200", "abc1234", ["gemm_pair", "flash_decode", "rope"], ceil2, scale=2.0)
+    doc = run.merge(first, second, ALL)
+    assert doc["families"] == ALL
+    assert [p["families"] for p in doc["parts"]] == [["norm", "flash_fwd"], ["gemm_pair", "flash_decode", "rope"]]
+    assert [p["ceilings"]["read_TBps"] for p in doc["parts"]] == [4.5, 4.0]
+    families = [r["family"] for r in doc["results"]]
+    assert families == sorted(families, key=ALL.index)  # rows in the registry's family order
+    rope = [r for r in doc["results"] if r["family"] == "rope"]
+    assert len(rope) == len(registry.FAMILIES["rope"]()) and all(r["ours_us"] == 200.0 for r in rope)
+    assert all(r["ours_us"] == 100.0 for r in doc["results"] if r["family"] in ("norm", "flash_fwd"))
+    decode = next(r for r in doc["results"] if r["family"] == "flash_decode")
+    assert decode["metrics"]["frac_of_read"] == pytest.approx(decode["metrics"]["TBps"] / 4.0, abs=1e-3)
+    assert report.family_ceilings(doc, "flash_decode")["read_TBps"] == 4.0
+    assert report.family_ceilings(doc, "norm")["read_TBps"] == 4.5
+    # A later run of every family of a part drops that part.
+    third = fake_doc("NVIDIA H200", "abc1234", ["norm", "flash_fwd"], CEIL_H200)
+    assert [p["families"] for p in run.merge(doc, third, ALL)["parts"]] == [
+        ["gemm_pair", "flash_decode", "rope"], ["norm", "flash_fwd"]]
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, tmp_path):
+    """run.main on a pretend H200: the device calls, the ceilings and the timing replaced; the
+    default results directory moved to tmp_path."""
+    import cute_ops
+
+    monkeypatch.setattr(run.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(run.torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(cute_ops, "cuda_kernels_available", lambda *a: True)
+    monkeypatch.setattr(run, "ceilings", lambda: CEIL_H200)
+    monkeypatch.setattr(run, "measure", lambda case, ceil: run.row(
+        case, {n: 50.0 for n in case.impls}, {}, ceil))
+    monkeypatch.setattr(run, "RESULTS", tmp_path)
+    monkeypatch.setenv("CUTE_OPS_COMMIT", "abc1234")
+    return tmp_path
+
+
+def test_main_splits_a_full_run_and_refuses_a_partial_overwrite(fake_gpu, monkeypatch, capsys):
+    path = fake_gpu / "h200.json"
+    assert run.main(["--families", "norm,rope", "--replace"]) == 0
+    assert json.loads(path.read_text())["families"] == ["norm", "rope"]
+    assert run.main(["--families", "gemm_pair"]) == 0
+    doc = json.loads(path.read_text())
+    assert doc["families"] == ["norm", "rope", "gemm_pair"] and len(doc["parts"]) == 2
+    assert json.loads((fake_gpu / "latest.json").read_text()) == doc
+    assert "elapsed: ceilings" in capsys.readouterr().out
+
+    # Another commit: refused before anything is measured; the file is left as it was.
+    monkeypatch.setenv("CUTE_OPS_COMMIT", "fed4321")
+
+    def no_measuring():
+        raise _Stop
+    monkeypatch.setattr(run, "ceilings", no_measuring)
+    with pytest.raises(SystemExit, match="holds commit abc1234"):
+        run.main(["--families", "norm"])
+    assert json.loads(path.read_text()) == doc
+    # --out elsewhere is allowed, and leaves the per-GPU file and latest.json alone.
+    monkeypatch.setattr(run, "ceilings", lambda: CEIL_H200)
+    other = fake_gpu / "elsewhere" / "norm.json"
+    assert run.main(["--families", "norm", "--out", str(other)]) == 0
+    assert json.loads(other.read_text())["commit"] == "fed4321"
+    assert json.loads(path.read_text()) == doc == json.loads((fake_gpu / "latest.json").read_text())
+    # A full run at the new commit replaces the file.
+    assert run.main([]) == 0
+    doc = json.loads(path.read_text())
+    assert doc["commit"] == "fed4321" and doc["families"] == ALL and len(doc["parts"]) == 1
+
+
+def test_main_without_gpu_exits_0_with_a_message(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(run.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(run, "RESULTS", tmp_path)
+    assert run.main([]) == 0
+    out = capsys.readouterr().out
+    assert len(out.strip().splitlines()) == 1 and "CUDA GPU" in out and "kernels" in out
+    assert not list(tmp_path.iterdir())
+
+
+# -- report -------------------------------------------------------------------------------------
+
+@pytest.fixture
+def results_dir(tmp_path):
+    """An H100 file of one full run, an H200 file joined from two invocations, and the files the
+    report must not read."""
+    d = tmp_path / "results"
+    d.mkdir()
+    h100 = fake_doc("NVIDIA H100 80GB HBM3", "abc1234", ALL, CEIL)
+    h100["results"] = [r for r in h100["results"] if r["shape"].get("L") != 512]  # a shape only the H200 has
+    h200 = run.merge(fake_doc("NVIDIA H200", "abc1234", ["norm", "rope", "flash_fwd"], CEIL_H200, 0.8),
+                     fake_doc("NVIDIA H200", "abc1234", ["flash_decode", "gemm_pair"],
+                              {**CEIL_H200, "read_TBps": 4.6}, 0.7), ALL)
+    (d / "h100.json").write_text(json.dumps(h100))
+    (d / "h200.json").write_text(json.dumps(h200))
+    (d / "latest.json").write_text(json.dumps({**h200, "commit": "latest0"}))
+    old = fake_doc("NVIDIA H200", "old0000", ["gemm_pair"], CEIL_H200)
+    del old["parts"], old["families"]
+    (d / "h200_gemm_pair.json").write_text(json.dumps(old))
+    return d
+
+
+def test_report_puts_the_gpus_side_by_side(results_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as where it is not installed
+    docs = tmp_path / "docs"
+    report.main(["--results-dir", str(results_dir), "--docs-dir", str(docs)])
+    assert "plots skipped" in capsys.readouterr().out
+    md = (docs / "benchmarks.md").read_text()
+    assert "old0000" not in md and "latest0" not in md  # neither the old partial file nor latest.json
+    assert "Plots were skipped" in md and "![" not in md
+    runs = [line for line in md.splitlines() if line.startswith(("| H100 |", "| H200 |"))]
+    assert len(runs) == 3  # one H100 invocation, two H200 ones with their own read ceilings
+    assert "3.3" in runs[0] and "4.5" in runs[1] and "4.6" in runs[2] and "`abc1234`" in runs[2]
+    for family in ALL:
+        assert f"## {family}" in md
+        for gpu in ("H100", "H200"):
+            assert f"### {family} on {gpu}" in md
+    head = next(line for line in md.splitlines() if line.startswith("| op | shape | dtype | H100 ours us"))
+    assert "H200 ours us" in head and "H200 best baseline us" in head and "H100 of ceiling" in head
+    section = md[md.index("## flash_decode"):md.index("### flash_decode on H100")]
+    rows = [line for line in section.splitlines() if line.startswith("| flash_decode")]
+    assert len(rows) == len(registry.FAMILIES["flash_decode"]())
+    assert all("% read" in line for line in rows)
+    assert any(line.count(" - |") == 4 for line in rows)  # L=512: H200 only
+    norm = md[md.index("## norm"):md.index("### norm on H100")]
+    assert "% copy" in norm and "% read" not in norm
+    fwd = md[md.index("## flash_fwd"):md.index("### flash_fwd on H100")]
+    assert "% matmul" in fwd
+    assert md.count("Our other settings on") == 2  # gemm_pair's variants, per GPU
+    assert "torch_compile us" in md[md.index("### gemm_pair on H100"):]
+
+
+def test_report_plots_each_family_with_both_gpus(results_dir, tmp_path):
+    pytest.importorskip("matplotlib")
+    docs = tmp_path / "docs"
+    report.main(["--results-dir", str(results_dir), "--docs-dir", str(docs), ])
+    md = (docs / "benchmarks.md").read_text()
+    for family in ALL:
+        assert (docs / "img" / f"bench_{family}.png").stat().st_size > 0
+        assert f"![{family}](img/bench_{family}.png)" in md
