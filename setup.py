@@ -11,17 +11,29 @@ Environment:
   CUTE_OPS_CPU_ONLY=1           build the schemas only, even with CUDA available
   CUTLASS_DIR=/path             CUTLASS checkout or unpacked headers (has include/cute)
   MAX_JOBS=N                    parallel compile jobs (ninja; default: all cores)
+  CUTE_OPS_ALLOW_SERIAL_BUILD=1 build the CUDA kernels without ninja, one file at a time
+
+CUTLASS: $CUTLASS_DIR, else third_party/cutlass, else an installed nvidia-cutlass package; if none
+has the headers, the pinned nvidia-cutlass wheel is downloaded with pip and unpacked into
+third_party/cutlass (scripts/build_config.py, scripts/fetch_cutlass.py).
+
+PyTorch is not a build requirement in pyproject.toml: the extension must be compiled against the
+PyTorch it will be loaded into (C++ ABI, CUDA version), which pip's isolated build environment
+would replace with the newest release from PyPI. `pip install --no-build-isolation` builds against
+the installed one; an isolated build (`pip install .`) finds the same one through the running
+interpreter's site-packages (import_torch below).
 """
 from __future__ import annotations
 
 import os
 import pathlib
+import shutil
+import site
 import sys
-
-from setuptools import setup
+import sysconfig
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "scripts"))
-from build_config import NVCC_FLAGS, find_cutlass_include, gencode_flags  # noqa: E402
+from build_config import DEFAULT_ARCHS, NVCC_FLAGS, ensure_cutlass_include, gencode_flags  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent
 CSRC = ROOT / "csrc"
@@ -45,8 +57,74 @@ def families() -> list[str]:
     return chosen
 
 
+def cuda_sources(fams: list[str]) -> list[str]:
+    """Translation units of a CUDA build: the bindings, csrc/common's shared host and device code
+    (e.g. the device-error status block every family reports through: built whichever families
+    are chosen), and each chosen family's .cu and .cpp files."""
+    sources = [str(CSRC.relative_to(ROOT) / "torch_bindings.cpp")]
+    for folder in [*sorted(NON_FAMILIES), *fams]:
+        sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / folder).rglob("*.cu"))
+        sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / folder).rglob("*.cpp"))
+    return sources
+
+
+def import_torch():
+    """The installed PyTorch, also from inside pip's isolated build environment.
+
+    Isolation hides the interpreter's site-packages behind a sitecustomize, but pip runs the build
+    with the user's own interpreter, so sysconfig and site still name them. They are appended after
+    the build environment's paths: setuptools, wheel and ninja come from pyproject's [build-system]
+    requires, torch and what it imports from the user's environment."""
+    try:
+        import torch
+        return torch
+    except ImportError:
+        pass
+    hidden = []
+    for p in [*site.getsitepackages(), site.getusersitepackages(),
+              sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]:
+        if p and os.path.isdir(p) and p not in sys.path and p not in hidden:
+            hidden.append(p)
+    sys.path.extend(hidden)
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit(f"PyTorch is not installed for {sys.executable}: install the CUDA build of PyTorch that "
+                         "matches your nvcc first (https://pytorch.org/get-started/locally/), then "
+                         "`pip install --no-build-isolation -e .`") from None
+    log(f"isolated build: using the installed PyTorch {torch.__version__} from "
+        f"{pathlib.Path(torch.__file__).parent.parent} so that the extension matches it")
+    return torch
+
+
+def require_ninja(n_sources: int) -> None:
+    """Without ninja PyTorch silently compiles one file at a time. pip shows a build's output only
+    with -v or on failure, so a warning would go unseen: fail and say what to do instead."""
+    if shutil.which("ninja"):
+        return
+    # Installed but not on PATH, e.g. a virtualenv used without activating it.
+    dirs = []
+    try:
+        import ninja
+        dirs.append(getattr(ninja, "BIN_DIR", None))
+    except ImportError:
+        pass
+    dirs.append(sysconfig.get_path("scripts"))
+    for d in dirs:
+        if d and shutil.which("ninja", path=d):
+            os.environ["PATH"] = d + os.pathsep + os.environ.get("PATH", "")
+            log(f"ninja is in {d}, which is not on PATH: using it")
+            return
+    if os.environ.get("CUTE_OPS_ALLOW_SERIAL_BUILD") == "1":
+        log(f"WARNING: no ninja: compiling {n_sources} translation units one at a time (CUTE_OPS_ALLOW_SERIAL_BUILD=1)")
+        return
+    raise SystemExit(f"ninja not found: `pip install ninja` first. Without it PyTorch compiles the {n_sources} "
+                     "CUDA translation units one at a time (tens of minutes instead of a few); "
+                     "CUTE_OPS_ALLOW_SERIAL_BUILD=1 builds that way anyway")
+
+
 def extensions():
-    import torch
+    torch = import_torch()
     from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
 
     bindings = [str(CSRC.relative_to(ROOT) / "torch_bindings.cpp")]
@@ -59,26 +137,26 @@ def extensions():
         return [CppExtension("cute_ops._C", bindings, include_dirs=[str(CSRC)],
                              extra_compile_args={"cxx": cxx_flags})]
 
-    cutlass = find_cutlass_include()
-    if cutlass is None:
-        raise SystemExit("CUTLASS headers not found: set CUTLASS_DIR, run `python scripts/fetch_cutlass.py`, "
-                         "or `pip install nvidia-cutlass==4.2.0.0`")
     fams = families()
-    sources = list(bindings)
-    for fam in fams:
-        sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / fam).rglob("*.cu"))
-        sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / fam).rglob("*.cpp"))
-    log(f"CUDA {torch.version.cuda}, CUTLASS {cutlass}, families {fams}, {len(sources)} translation units")
-    nvcc_flags = NVCC_FLAGS + gencode_flags(os.environ.get("CUTE_OPS_ARCHS", "90a;80"))
+    sources = cuda_sources(fams)
+    require_ninja(len(sources))
+    cutlass = ensure_cutlass_include(log)
+    log(f"CUDA {torch.version.cuda}, families {fams}, {len(sources)} translation units")
+    nvcc_flags = NVCC_FLAGS + gencode_flags(os.environ.get("CUTE_OPS_ARCHS", DEFAULT_ARCHS))
     return [CUDAExtension("cute_ops._C", sources, include_dirs=[str(CSRC), str(cutlass)],
                           extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags})]
 
 
 def main() -> None:
+    from setuptools import setup
+
+    ext_modules = extensions()  # imports torch first, from wherever import_torch finds it
     from torch.utils.cpp_extension import BuildExtension
 
-    setup(ext_modules=extensions(),
+    setup(ext_modules=ext_modules,
           cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)})
 
 
-main()
+# setuptools' PEP 517 backend runs this file as __main__ too; tests import it to call its helpers.
+if __name__ == "__main__":
+    main()
