@@ -1,6 +1,5 @@
 #pragma once
-// Where key j of sequence b lives in the KV cache (contiguous or paged), the 16-byte cp.async
-// with zero fill used to stage it, and the device-side checks of lengths, pages and positions
+// Where key j of sequence b lives in the KV cache (contiguous or paged), and the device-side checks of lengths, pages and positions
 // that the host cannot make without a sync (reported through common/device_errors.h).
 #include "common/device_errors.h"
 #include "flash_decode/flash_decode.h"
@@ -95,13 +94,6 @@ __device__ __forceinline__ void fetch_tile_pages(const FlashDecodeParams& p, int
       t.row[g] = key - slot * p.page_size;
     }
   }
-}
-
-// 16 bytes global -> shared, or 16 zero bytes when !valid (the source is not read).
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
 
 }  // namespace cute_ops::decode

@@ -12,23 +12,25 @@
 // Partition names as in flash_fwd: tSrQ = thread's register fragment of Q for the S MMA, etc.
 #include <cute/tensor.hpp>
 
+#include "common/cute/online_softmax.h"
+#include "common/cute/sm80_copy.h"
+#include "common/cute/sm80_gemm.h"
+#include "common/cute/sm80_mma.h"
 #include "common/pdl.h"
 #include "flash_decode/cache_access.h"
 #include "flash_decode/flash_decode.h"
 #include "flash_decode/kernel_traits.h"
 #include "flash_decode/trace.h"
-#include "flash_fwd/softmax.h"
-#include "flash_fwd/utils.h"
 
 
 namespace cute_ops::decode {
 
 using namespace cute;
-using flash::OnlineSoftmax;
-using flash::acc_as_a_operand;
-using flash::acc_rowcol;
-using flash::convert_to;
-using flash::gemm_rs;
+using sm80::acc_as_a_operand;
+using sm80::acc_rowcol;
+using sm80::convert_to;
+using sm80::cp_async_16;
+using sm80::gemm_rs;
 
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const __grid_constant__ FlashDecodeParams p) {

@@ -6,8 +6,9 @@
 // read from shared memory once.
 #include <cute/tensor.hpp>
 
+#include "common/cute/sm80_mma.h"
+#include "common/cute/sm80_smem.h"
 #include "flash_decode/flash_decode.h"
-#include "flash_fwd/kernel_traits.h"
 
 namespace cute_ops::decode {
 
@@ -25,10 +26,10 @@ struct FlashDecodeTraits {
   static constexpr int kStages = kStages_;
 
   // One warp per MMA: warps work on different keys, not different rows.
-  using TiledMma = TiledMMA<flash::Sm80MmaAtom<Element>, Layout<Shape<_1, _1, _1>>, Tile<_16, _16, _16>>;
+  using TiledMma = TiledMMA<sm80::MmaAtom<Element>, Layout<Shape<_1, _1, _1>>, Tile<_16, _16, _16>>;
 
-  static constexpr int kBlockKSmem = flash::SwizzledRows<kHeadDim>::kBlockKSmem;
-  using SmemLayoutAtom = typename flash::SwizzledRows<kHeadDim>::Atom;
+  static constexpr int kBlockKSmem = sm80::SwizzledRows<kHeadDim>::kBlockKSmem;
+  using SmemLayoutAtom = typename sm80::SwizzledRows<kHeadDim>::Atom;
   using SmemLayoutQ = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   // One warp's 16 keys. A slab is a whole number of swizzle periods (8 x 64 elements), so slabs
   // placed back to back share the same swizzle pattern.
@@ -39,8 +40,8 @@ struct FlashDecodeTraits {
   static constexpr int kSlabElems = kWarpKeys * kHeadDim;
   static_assert(kSlabElems % (8 * kBlockKSmem) == 0);
 
-  using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
-  using SmemCopyAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
+  using SmemCopyAtom = sm80::LdsmAtom<Element>;
+  using SmemCopyAtomTransposed = sm80::LdsmTransposedAtom<Element>;
 
   // Shared memory: Q, then kStages x (K tile, V tile), each tile kNWarps slabs. After the
   // mainloop the ring is reused for the warps' float32 partial outputs.

@@ -12,16 +12,23 @@
 // tXcY the matching coordinate (identity) tensors used for predication.
 #include <cute/tensor.hpp>
 
+#include "common/cute/online_softmax.h"
+#include "common/cute/sm80_copy.h"
+#include "common/cute/sm80_gemm.h"
+#include "common/cute/sm80_mma.h"
 #include "flash_fwd/flash_fwd.h"
 #include "flash_fwd/kernel_traits.h"
 #include "flash_fwd/mask.h"
 #include "flash_fwd/seq_info.h"
-#include "flash_fwd/softmax.h"
-#include "flash_fwd/utils.h"
 
 namespace cute_ops::flash {
 
 using namespace cute;
+using sm80::acc_as_a_operand;
+using sm80::acc_rowcol;
+using sm80::convert_to;
+using sm80::gemm_rs;
+using sm80::gemm_ss;
 
 template <typename Traits, bool kIsCausal>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __grid_constant__ FlashFwdParams p) {
@@ -124,8 +131,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
 
   // Prologue: Q and the last K tile (the only possibly partial one).
   int n_block = n_block_max - 1;
-  copy_rows(gmem_copy, tQgQ, tQsQ, tQcQ, rows_q);
-  copy_rows(gmem_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV, seq.seqlen_k - n_block * kBlockN);
+  sm80::copy_predicated</*kCheckCols=*/false>(gmem_copy, tQgQ, tQsQ, tQcQ, rows_q);
+  sm80::copy_predicated</*kCheckCols=*/false>(gmem_copy, tKgK(_, _, _, n_block), tKsK, tKVcKV,
+                                              seq.seqlen_k - n_block * kBlockN);
   cp_async_fence();
   if (p.negate_q) {
     // Each thread flips the sign of the Q chunks it loaded itself (visible to it after its own
@@ -163,7 +171,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_fwd_kernel(const __gr
     cp_async_wait<0>();
     __syncthreads();  // K_j has landed; every warp is done reading V_{j+1}
     if constexpr (kMasked) {
-      copy_rows(gmem_copy, tVgV(_, _, _, n_block), tVsV, tKVcKV, seq.seqlen_k - n_block * kBlockN);
+      sm80::copy_predicated</*kCheckCols=*/false>(gmem_copy, tVgV(_, _, _, n_block), tVsV, tKVcKV,
+                                                  seq.seqlen_k - n_block * kBlockN);
     } else {
       copy(gmem_copy, tVgV(_, _, _, n_block), tVsV);
     }

@@ -5,28 +5,12 @@
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
 
-#include <type_traits>
+#include "common/cute/sm80_mma.h"
+#include "common/cute/sm80_smem.h"
 
 namespace cute_ops::flash {
 
 using namespace cute;
-
-// The pieces every attention kernel here shares (flash_decode's traits use them too).
-// The SM80 m16n8k16 MMA with float32 accumulation for a 16-bit element type.
-template <typename Element>
-using Sm80MmaAtom = std::conditional_t<std::is_same_v<Element, cutlass::half_t>,
-                                       MMA_Atom<SM80_16x8x16_F32F16F16F32_TN>,
-                                       MMA_Atom<SM80_16x8x16_F32BF16BF16F32_TN>>;
-
-// Shared memory rows of 64 (or 32) 16-bit elements, XOR-swizzled so that ldmatrix reads of 8 rows
-// x 16 bytes hit 8 different bank groups; tiles are built from this 8-row atom.
-template <int kHeadDim>
-struct SwizzledRows {
-  static constexpr int kBlockKSmem = kHeadDim % 64 == 0 ? 64 : 32;
-  static constexpr int kSwizzle = kBlockKSmem == 32 ? 2 : 3;
-  using Atom = decltype(composition(Swizzle<kSwizzle, 3, 3>{},
-                                    Layout<Shape<_8, Int<kBlockKSmem>>, Stride<Int<kBlockKSmem>, _1>>{}));
-};
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, typename Element_>
 struct FlashFwdTraits {
@@ -39,10 +23,11 @@ struct FlashFwdTraits {
 
   // Warps split the M dimension: each warp owns 16 rows of every 16*kNWarps and reads only its own
   // rows of Q (and later writes only its own rows of O), which is why O may reuse Q's buffer.
-  using TiledMma = TiledMMA<Sm80MmaAtom<Element>, Layout<Shape<Int<kNWarps>, _1, _1>>, Tile<Int<16 * kNWarps>, _16, _16>>;
+  using TiledMma =
+      TiledMMA<sm80::MmaAtom<Element>, Layout<Shape<Int<kNWarps>, _1, _1>>, Tile<Int<16 * kNWarps>, _16, _16>>;
 
-  static constexpr int kBlockKSmem = SwizzledRows<kHeadDim>::kBlockKSmem;
-  using SmemLayoutAtom = typename SwizzledRows<kHeadDim>::Atom;
+  static constexpr int kBlockKSmem = sm80::SwizzledRows<kHeadDim>::kBlockKSmem;
+  using SmemLayoutAtom = typename sm80::SwizzledRows<kHeadDim>::Atom;
   using SmemLayoutQ = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutKV = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   // V^T for the second GEMM is a view of V's buffer, read with the transposing ldmatrix.
@@ -51,8 +36,8 @@ struct FlashFwdTraits {
   using SmemLayoutVtNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutVt{}));
   using SmemLayoutO = SmemLayoutQ;
 
-  using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
-  using SmemCopyAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
+  using SmemCopyAtom = sm80::LdsmAtom<Element>;
+  using SmemCopyAtomTransposed = sm80::LdsmTransposedAtom<Element>;
   using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>;
 
   static constexpr int kSmemBytes =

@@ -8,42 +8,10 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "flash_fwd/kernel_traits.h"  // Sm80MmaAtom, SwizzledRows: the attention kernels' MMA and smem rows
+#include "common/cute/sm80_copy.h"
+#include "common/cute/sm80_mma.h"
+#include "common/cute/sm80_smem.h"
 #include "gemm_pair/gemm_pair.h"
-
-namespace cute_ops::gemm_pair {
-
-// cp.async.cg (L2 only: h is written by other CTAs during the launch, so L1 must never serve it)
-// with an L2 prefetch of kPrefetch bytes around each 16-byte chunk. A weight row is read 128 bytes
-// (one 64-element K tile) at a time; prefetching 256 makes every other K tile an L2 hit and
-// doubles the run of a DRAM page read at once.
-template <int kPrefetch>
-struct CpAsyncCg {
-  using SRegisters = cute::uint128_t[1];
-  using DRegisters = cute::uint128_t[1];
-  CUTE_HOST_DEVICE static void copy(cute::uint128_t const& gmem_src, cute::uint128_t& smem_dst) {
-#if defined(CUTE_ARCH_CP_ASYNC_SM80_ENABLED)
-    const uint32_t smem = cute::cast_smem_ptr_to_uint(&smem_dst);
-    if constexpr (kPrefetch == 256) {
-      asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(smem), "l"(&gmem_src));
-    } else {
-      asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(smem), "l"(&gmem_src));
-    }
-#endif
-  }
-};
-
-}  // namespace cute_ops::gemm_pair
-
-namespace cute {
-template <int kPrefetch>
-struct Copy_Traits<cute_ops::gemm_pair::CpAsyncCg<kPrefetch>> {
-  using ThrID = Layout<_1>;
-  using SrcLayout = Layout<Shape<_1, _128>>;  // one 128-bit chunk
-  using DstLayout = Layout<Shape<_1, _128>>;
-  using RefLayout = SrcLayout;
-};
-}  // namespace cute
 
 namespace cute_ops::gemm_pair {
 
@@ -61,7 +29,7 @@ struct GemmPairTraits {
   static constexpr int kNThreads = 32 * kWarpsM * kWarpsN;
   static_assert(kBlockK % 64 == 0, "the swizzle below is for 64-element (128-byte) shared-memory rows");
 
-  using MmaAtom = flash::Sm80MmaAtom<Element>;
+  using MmaAtom = sm80::MmaAtom<Element>;
   // Each warp covers 16 rows x 16 columns an MMA step (two n8 atoms side by side), the shape one
   // ldmatrix.x4 feeds for B.
   using TiledMma = TiledMMA<MmaAtom, Layout<Shape<Int<kWarpsM>, Int<kWarpsN>, _1>>,
@@ -69,10 +37,10 @@ struct GemmPairTraits {
   static_assert(kBlockM % (16 * kWarpsM) == 0 && kBlockN % (16 * kWarpsN) == 0);
 
   // 128-byte rows XOR-swizzled so that ldmatrix's 8 rows x 16 bytes hit 8 different bank groups.
-  using SmemLayoutAtom = typename flash::SwizzledRows<64>::Atom;
+  using SmemLayoutAtom = typename sm80::SwizzledRows<64>::Atom;
   using SmemLayoutA = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kBlockK>, Int<kStages>>{}));
   using SmemLayoutB = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockN>, Int<kBlockK>, Int<kStages>>{}));
-  using SmemCopyAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
+  using SmemCopyAtom = sm80::LdsmAtom<Element>;
 
   // The epilogue stages the float32 tile through shared memory (reusing the pipeline's buffers),
   // so that the activation can pair columns that sit in different threads' accumulators and
@@ -85,12 +53,15 @@ struct GemmPairTraits {
   static constexpr int kEpilogueBytes = kBlockM * kEpilogueLd * 4;
   static constexpr int kSmemBytes = std::max(kPipelineBytes, kEpilogueBytes);
 
-  // Global -> shared: 16 bytes a thread, consecutive threads along a row, cp.async.cg.
+  // Global -> shared: 16 bytes a thread, consecutive threads along a row, cp.async.cg (L2 only: h
+  // is written by other CTAs during the launch) with an L2 prefetch of kL2Prefetch bytes: a weight
+  // row is read 128 bytes (one 64-element K tile) at a time, and prefetching 256 makes every other
+  // K tile an L2 hit.
   static constexpr int kElemsPerLoad = 16 / sizeof(Element);
   static constexpr int kThreadsPerRow = kBlockK / kElemsPerLoad;
   using GmemLayoutAtom = Layout<Shape<Int<kNThreads / kThreadsPerRow>, Int<kThreadsPerRow>>,
                                 Stride<Int<kThreadsPerRow>, _1>>;
-  using GmemTiledCopy = decltype(make_tiled_copy(Copy_Atom<CpAsyncCg<kL2Prefetch>, Element>{},
+  using GmemTiledCopy = decltype(make_tiled_copy(Copy_Atom<sm80::CpAsyncCg<kL2Prefetch>, Element>{},
                                                  GmemLayoutAtom{}, Layout<Shape<_1, Int<kElemsPerLoad>>>{}));
   static_assert(kBlockM % (kNThreads / kThreadsPerRow) == 0, "a load pass must not straddle the A tile's end");
 };

@@ -11,29 +11,13 @@
 // B for the copies, C for the MMA); tXcY are identity (coordinate) partitions used to predicate.
 #include <cute/tensor.hpp>
 
+#include "common/cute/sm80_copy.h"
+#include "common/cute/sm80_gemm.h"
 #include "gemm_pair/kernel_traits.h"
 
 namespace cute_ops::gemm_pair {
 
 using namespace cute;
-
-// Copies the 16-byte chunks of one tile whose (row, column) lies inside [rows, cols); zero-fills
-// the others, so a partial tile multiplies zeros, not stale shared memory (0 * NaN is NaN).
-template <typename TiledCopy, typename TensorS, typename TensorD, typename TensorC>
-__device__ __forceinline__ void copy_tile(const TiledCopy& tiled_copy, const TensorS& src, TensorD&& dst,
-                                          const TensorC& coords, int rows, int cols) {
-#pragma unroll
-  for (int m = 0; m < size<1>(src); ++m) {
-#pragma unroll
-    for (int k = 0; k < size<2>(src); ++k) {
-      if (get<0>(coords(0, m, k)) < rows && get<1>(coords(0, m, k)) < cols) {
-        copy(tiled_copy, src(_, m, k), dst(_, m, k));
-      } else {
-        clear(dst(_, m, k));
-      }
-    }
-  }
-}
 
 template <typename Traits, typename Acc, typename WaitForA>
 __device__ __forceinline__ void mainloop(Acc& acc, const typename Traits::Element* a, int64_t lda, int rows_a,
@@ -68,17 +52,17 @@ __device__ __forceinline__ void mainloop(Acc& acc, const typename Traits::Elemen
   auto smem_copy_a = make_tiled_copy_A(typename Traits::SmemCopyAtom{}, tiled_mma);
   auto smem_thr_copy_a = smem_copy_a.get_thread_slice(tid);
   Tensor tCsA = smem_thr_copy_a.partition_S(sA);  // (CPY, CPY_M, CPY_K, stages)
-  Tensor tCrA_view = smem_thr_copy_a.retile_D(tCrA);
   auto smem_copy_b = make_tiled_copy_B(typename Traits::SmemCopyAtom{}, tiled_mma);
   auto smem_thr_copy_b = smem_copy_b.get_thread_slice(tid);
   Tensor tCsB = smem_thr_copy_b.partition_S(sB);
-  Tensor tCrB_view = smem_thr_copy_b.retile_D(tCrB);
 
   auto load_a = [&](int kt) {
-    copy_tile(gmem_copy, tAgA(_, _, _, kt), tAsA(_, _, _, kt % kStages), tAcA, rows_a, k_len - kt * kBlockK);
+    sm80::copy_predicated</*kCheckCols=*/true>(gmem_copy, tAgA(_, _, _, kt), tAsA(_, _, _, kt % kStages), tAcA, rows_a,
+                                               k_len - kt * kBlockK);
   };
   auto load_b = [&](int kt) {
-    copy_tile(gmem_copy, tBgB(_, _, _, kt), tBsB(_, _, _, kt % kStages), tBcB, rows_b, k_len - kt * kBlockK);
+    sm80::copy_predicated</*kCheckCols=*/true>(gmem_copy, tBgB(_, _, _, kt), tBsB(_, _, _, kt % kStages), tBcB, rows_b,
+                                               k_len - kt * kBlockK);
   };
 
   // Prologue: stages 0 .. kStages-2. Group 0 holds every B stage issued before the wait and A_0,
@@ -94,7 +78,6 @@ __device__ __forceinline__ void mainloop(Acc& acc, const typename Traits::Elemen
     cp_async_fence();
   }
 
-  constexpr int kKBlocks = size<2>(decltype(tCrA){});
 #pragma unroll 1
   for (int kt = 0; kt < k_tiles; ++kt) {
     cp_async_wait<kStages - 2>();
@@ -107,16 +90,8 @@ __device__ __forceinline__ void mainloop(Acc& acc, const typename Traits::Elemen
     cp_async_fence();
 
     const int stage = kt % kStages;
-    copy(smem_copy_a, tCsA(_, _, _0{}, stage), tCrA_view(_, _, _0{}));
-    copy(smem_copy_b, tCsB(_, _, _0{}, stage), tCrB_view(_, _, _0{}));
-#pragma unroll
-    for (int i = 0; i < kKBlocks; ++i) {
-      if (i + 1 < kKBlocks) {
-        copy(smem_copy_a, tCsA(_, _, i + 1, stage), tCrA_view(_, _, i + 1));
-        copy(smem_copy_b, tCsB(_, _, i + 1, stage), tCrB_view(_, _, i + 1));
-      }
-      gemm(tiled_mma, tCrA(_, _, i), tCrB(_, _, i), acc);
-    }
+    sm80::gemm_ss(acc, tCrA, tCrB, tCsA(_, _, _, stage), tCsB(_, _, _, stage), tiled_mma, smem_copy_a, smem_copy_b,
+                  smem_thr_copy_a, smem_thr_copy_b);
   }
   cp_async_wait<0>();
   __syncthreads();  // the pipeline's shared memory is free for the epilogue

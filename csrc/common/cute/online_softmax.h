@@ -1,5 +1,6 @@
 #pragma once
-// Online softmax over the rows of the S = Q K^T accumulator, kept in registers.
+// Online softmax over the rows of an attention score accumulator (S = Q K^T), kept in registers:
+// flash_fwd and flash_decode run the same one.
 //
 // Each thread holds kRows rows' worth of a tile; a row is shared by the 4 threads of an MMA quad,
 // so row reductions finish with two shuffles. The running max is kept unscaled; exponentials are
@@ -21,10 +22,13 @@
 
 #include <cmath>
 
-namespace cute_ops::flash {
+namespace cute_ops {
 
 using namespace cute;
 
+namespace sm80 {
+
+// Reductions over the 4 threads of an MMA quad, which share one accumulator row.
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -35,23 +39,7 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// (MMA=4, MMA_M, MMA_N) accumulator layout -> ((2, MMA_M), (2, MMA_N)): rows x columns of this
-// thread's elements, for the SM80 16x8 accumulator (two rows of two columns per MMA).
-template <typename Layout>
-__device__ __forceinline__ auto acc_rowcol(Layout acc) {
-  static_assert(decltype(size<0>(acc))::value == 4 && decltype(rank(acc))::value == 3);
-  auto l = logical_divide(acc, Shape<_2>{});  // ((2, 2), MMA_M, MMA_N)
-  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<2>(l)));
-}
-
-// The same accumulator as the A operand of the next m16n8k16 MMA: two adjacent n8 accumulator
-// tiles form one k16 A fragment, so P feeds O += P V without a trip through shared memory.
-template <typename Layout>
-__device__ __forceinline__ auto acc_as_a_operand(Layout acc) {
-  static_assert(decltype(size<0>(acc))::value == 4 && decltype(rank(acc))::value == 3);
-  auto l = logical_divide(acc, Shape<Underscore, Underscore, _2>{});  // (4, MMA_M, (2, MMA_N / 2))
-  return make_layout(make_layout(get<0>(l), get<2, 0>(l)), get<1>(l), get<2, 1>(l));
-}
+}  // namespace sm80
 
 template <int kRows>
 struct OnlineSoftmax {
@@ -81,7 +69,7 @@ struct OnlineSoftmax {
       float m = row_max[mi];
 #pragma unroll
       for (int ni = 0; ni < size<1>(scores); ++ni) m = fmaxf(m, scores(mi, ni));
-      tile_max[mi] = quad_max(m);
+      tile_max[mi] = sm80::quad_max(m);
       // -inf > -inf + t is false: a row still fully masked does not force a rescale.
       stale |= tile_max[mi] * scale_log2 > row_max[mi] * scale_log2 + kRescaleThreshold;
     }
@@ -115,7 +103,7 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void finalize(TensorO& acc_o, float scale, float (&lse)[kRows]) {
 #pragma unroll
     for (int mi = 0; mi < kRows; ++mi) {
-      const float sum = quad_sum(row_sum[mi]);
+      const float sum = sm80::quad_sum(row_sum[mi]);
       const bool empty = sum == 0.f;  // NaN is not empty: it propagates
       const float inv = empty ? 0.f : 1.f / sum;
       lse[mi] = empty ? -INFINITY : row_max[mi] * scale + logf(sum);
@@ -125,4 +113,4 @@ struct OnlineSoftmax {
   }
 };
 
-}  // namespace cute_ops::flash
+}  // namespace cute_ops
