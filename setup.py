@@ -57,14 +57,23 @@ def families() -> list[str]:
     return chosen
 
 
+def schema_sources() -> list[str]:
+    """Translation units of every build, CPU-only included: the schemas (torch_bindings.cpp) and
+    each family's input rules and Meta impls (<family>_checks.cpp, see csrc/common/op_checks.h), so
+    that shape inference and input errors work without the kernels. ATen only, no CUDA header."""
+    checks = sorted(str(p.relative_to(ROOT)) for p in CSRC.glob("*/*_checks.cpp"))
+    return [str(CSRC.relative_to(ROOT) / "torch_bindings.cpp"), *checks]
+
+
 def cuda_sources(fams: list[str]) -> list[str]:
-    """Translation units of a CUDA build: the bindings, csrc/common's shared host and device code
-    (e.g. the device-error status block every family reports through: built whichever families
-    are chosen), and each chosen family's .cu and .cpp files."""
-    sources = [str(CSRC.relative_to(ROOT) / "torch_bindings.cpp")]
+    """Translation units of a CUDA build: schema_sources(), csrc/common's shared host and device
+    code (e.g. the device-error status block every family reports through: built whichever families
+    are chosen), and each chosen family's other .cu and .cpp files."""
+    sources = schema_sources()
     for folder in [*sorted(NON_FAMILIES), *fams]:
         sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / folder).rglob("*.cu"))
-        sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / folder).rglob("*.cpp"))
+        sources += sorted(str(p.relative_to(ROOT)) for p in (CSRC / folder).rglob("*.cpp")
+                          if str(p.relative_to(ROOT)) not in sources)
     return sources
 
 
@@ -127,7 +136,7 @@ def extensions():
     torch = import_torch()
     from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
 
-    bindings = [str(CSRC.relative_to(ROOT) / "torch_bindings.cpp")]
+    bindings = schema_sources()
     cxx_flags = ["-O3"]
     cuda_ok = torch.version.cuda is not None and CUDA_HOME is not None
     if os.environ.get("CUTE_OPS_CPU_ONLY") == "1" or not cuda_ok:

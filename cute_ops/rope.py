@@ -1,5 +1,6 @@
-"""Rotary position embedding (RoPE): the `rotary_embedding` op (csrc/rope/) and the cos/sin cache
-it reads, with LLaMA's base-theta frequencies and the llama3 long-context frequency scaling."""
+"""Rotary position embedding (RoPE): the `rotary_embedding` op (csrc/rope/; its input rules and shape
+inference are the C++ op's, csrc/rope/rotary_checks.cpp) and the cos/sin cache it reads, with
+LLaMA's base-theta frequencies and the llama3 long-context frequency scaling."""
 from __future__ import annotations
 
 import math
@@ -7,8 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _checks
-from ._library import require_kernels, schemas_loaded
+from ._library import require_kernels_for
 
 
 @dataclass(frozen=True)
@@ -59,33 +59,6 @@ def rope_cos_sin_cache(rot_dim: int, max_position: int, theta: float = 10000.0,
     return torch.cat([angles.cos(), angles.sin()], dim=-1).to(dtype=dtype, device=device)
 
 
-def _check_args(op: str, q, k, positions, cos_sin_cache) -> None:
-    _checks.check_tensor(op, "q", q, dtypes=_checks.FLOAT_DTYPES, min_ndim=3)
-    _checks.check_tensor(op, "k", k, ndim=q.dim())
-    _checks.check_tensor(op, "positions", positions, dtypes=(torch.int64, torch.int32))
-    _checks.check_tensor(op, "cos_sin_cache", cos_sin_cache, dtypes=(torch.float32, q.dtype), ndim=2)
-    _checks.check_same_device(op, "q", q, k=k, positions=positions, cos_sin_cache=cos_sin_cache)
-    _checks.check_same_dtype(op, "q", q, k=k)
-    token_shape = tuple(q.shape[:-2])
-    if tuple(k.shape[:-2]) != token_shape or k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"{op}: k must be [{', '.join(map(str, token_shape))}, num_kv_heads, {q.shape[-1]}] "
-                         f"like q {tuple(q.shape)}, got {tuple(k.shape)}")
-    _checks.check_shape(op, "positions", positions, token_shape)
-    rot_dim = cos_sin_cache.shape[1]
-    if cos_sin_cache.shape[0] < 1:
-        raise ValueError(f"{op}: cos_sin_cache must have at least one row (position), got shape "
-                         f"{tuple(cos_sin_cache.shape)}")
-    if rot_dim % 2 or rot_dim > q.shape[-1]:
-        raise ValueError(f"{op}: cos_sin_cache's rot_dim ({rot_dim}) must be even and at most "
-                         f"head_dim ({q.shape[-1]})")
-    _checks.check_last_dim_contiguous(op, "q", q)
-    _checks.check_last_dim_contiguous(op, "k", k)
-    if not positions.is_contiguous():
-        raise ValueError(f"{op}: positions must be contiguous, got strides {positions.stride()}")
-    if not cos_sin_cache.is_contiguous():
-        raise ValueError(f"{op}: cos_sin_cache must be contiguous")
-
-
 def rotary_embedding(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
                      cos_sin_cache: torch.Tensor) -> None:
     """Apply rotate-half RoPE to ``q`` and ``k`` in place.
@@ -104,13 +77,5 @@ def rotary_embedding(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
             :func:`cute_ops.check_errors` (see there for the "trap" debug mode).
         cos_sin_cache: ``[max_position, rot_dim]`` from :func:`rope_cos_sin_cache`, float32 or q's dtype.
     """
-    _check_args("rotary_embedding", q, k, positions, cos_sin_cache)
-    require_kernels("rotary_embedding")
+    require_kernels_for("rotary_embedding", q)
     torch.ops.cute_ops.rotary_embedding(q, k, positions, cos_sin_cache)
-
-
-if schemas_loaded():
-    @torch.library.register_fake("cute_ops::rotary_embedding")
-    def _rotary_embedding_fake(q, k, positions, cos_sin_cache):
-        _check_args("rotary_embedding", q, k, positions, cos_sin_cache)
-        return None

@@ -44,6 +44,12 @@ def _no_device_errors(request):
     assert error is None, f"the test left a device-side error behind: {error.message}"
 
 
+# The two places an op's input rules run (common/op_checks.h): its Meta impl, for meta and fake
+# tensors (every build, so CI tests it), and its CUDA impl (GPU only). Tables of bad inputs are
+# parametrised over both: the same C++ rules must reject them the same way on either path.
+CHECK_DEVICES = ["meta", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
 def poison_allocator(*nbytes: int, device: str = "cuda") -> None:
     """Fill one block of the caching allocator per size with NaN and free them, so that an op's
     outputs that are allocated next, of up to these sizes, start as NaN: every element the op fails

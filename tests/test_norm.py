@@ -8,7 +8,7 @@ from torch._subclasses import FakeTensorMode
 
 import cute_ops
 from cute_ops import reference as ref
-from conftest import assert_close_to_reference, capture_graph, poison_allocator
+from conftest import CHECK_DEVICES, assert_close_to_reference, capture_graph, poison_allocator
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 # Ours: float32 statistics and one rounding of the output. The bound is k times PyTorch's error on
@@ -55,34 +55,61 @@ def test_fake_impl_shapes(shape):
 def test_meta_tensors_infer_shape():
     x = torch.empty(3, 5, 128, dtype=torch.float16, device="meta")
     w = torch.empty(128, dtype=torch.float16, device="meta")
-    assert cute_ops.norm._out_like(x).shape == x.shape
     assert torch.ops.cute_ops.rms_norm(x, w, 1e-5).shape == (3, 5, 128)
 
 
+def _t(shape, dtype, dev):
+    return torch.empty(shape, dtype=dtype, device=dev)
+
+
+@pytest.mark.parametrize("dev", CHECK_DEVICES)
 @pytest.mark.parametrize("make, match, exc", [
-    (lambda: (torch.randn(4, 64), torch.randn(64)), "must be a CUDA tensor, got device cpu", ValueError),
-    (lambda: (torch.empty(4, 60, dtype=torch.bfloat16, device="meta"),
-              torch.empty(60, dtype=torch.bfloat16, device="meta")), "multiple of 8 for torch.bfloat16", ValueError),
-    (lambda: (torch.empty(4, 64, dtype=torch.bfloat16, device="meta"),
-              torch.empty(64, dtype=torch.float16, device="meta")), "weight has dtype torch.float16", TypeError),
-    (lambda: (torch.empty(4, 64, dtype=torch.bfloat16, device="meta"),
-              torch.empty(32, dtype=torch.bfloat16, device="meta")), r"weight must have shape \(64,\)", ValueError),
-    (lambda: (torch.empty(4, 64, dtype=torch.int32, device="meta"),
-              torch.empty(64, dtype=torch.int32, device="meta")), "x must have dtype in", TypeError),
-    (lambda: (torch.empty(64, 4, dtype=torch.bfloat16, device="meta").t(),
-              torch.empty(64, dtype=torch.bfloat16, device="meta")), "last dim must be contiguous", ValueError),
+    (lambda dev: (torch.randn(4, 64), torch.randn(64)), "x must be a CUDA tensor, got device cpu", ValueError),
+    (lambda dev: (_t((4, 60), torch.bfloat16, dev), _t(60, torch.bfloat16, dev)), "multiple of 8 for torch.bfloat16",
+     ValueError),
+    (lambda dev: (_t((4, 64), torch.bfloat16, dev), _t(64, torch.float16, dev)),
+     "weight has dtype torch.float16, expected torch.bfloat16 like x", TypeError),
+    (lambda dev: (_t((4, 64), torch.bfloat16, dev), _t(32, torch.bfloat16, dev)),
+     r"weight must have shape \(64,\), got \(32,\)", ValueError),
+    (lambda dev: (_t((4, 64), torch.int32, dev), _t(64, torch.int32, dev)),
+     r"x must have dtype in \(float16, bfloat16, float32\), got torch.int32", TypeError),
+    (lambda dev: (_t((64, 4), torch.bfloat16, dev).t(), _t(64, torch.bfloat16, dev)), "last dim must be contiguous",
+     ValueError),
+    (lambda dev: (_t((4, 72), torch.bfloat16, dev)[:, :64], _t(64, torch.bfloat16, dev)), None, None),  # strided rows
+    (lambda dev: (_t((4, 68), torch.bfloat16, dev)[:, :64], _t(64, torch.bfloat16, dev)),
+     r"x's row stride \(68\) must be a multiple of 8", ValueError),
+    (lambda dev: (_t((2, 4, 64), torch.bfloat16, dev).transpose(0, 1), _t(64, torch.bfloat16, dev)),
+     "x's leading dims must be viewable as one dim", ValueError),
+    (lambda dev: (_t((4, 64), torch.bfloat16, dev), _t(128, torch.bfloat16, dev)[::2]),
+     "weight must be contiguous", ValueError),
 ])
-def test_input_checks(make, match, exc):
-    x, w = make()
+def test_input_checks(make, match, exc, dev):
+    x, w = make(dev)
+    if exc is None:
+        assert cute_ops.rms_norm(x, w).shape == x.shape
+        return
     with pytest.raises(exc, match=match):
         cute_ops.rms_norm(x, w)
+    with pytest.raises(exc, match=match):  # the op itself, as torch.compile calls it
+        torch.ops.cute_ops.rms_norm(x, w, 1e-6)
 
 
-def test_fused_add_checks_residual_shape():
-    x = torch.empty(4, 64, dtype=torch.bfloat16, device="meta")
-    with pytest.raises(ValueError, match=r"residual must have shape \(4, 64\)"):
-        cute_ops.fused_add_rms_norm(x, torch.empty(2, 64, dtype=torch.bfloat16, device="meta"),
-                                    torch.empty(64, dtype=torch.bfloat16, device="meta"))
+@pytest.mark.parametrize("dev", CHECK_DEVICES)
+def test_eps_and_residual_checks(dev):
+    x, w = _t((4, 64), torch.bfloat16, dev), _t(64, torch.bfloat16, dev)
+    with pytest.raises(ValueError, match="eps must be a non-negative float, got -1"):
+        cute_ops.rms_norm(x, w, -1.0)
+    with pytest.raises(ValueError, match="residual and x must be different tensors"):
+        cute_ops.fused_add_rms_norm(x, x, w)
+    with pytest.raises(ValueError, match=r"residual must have shape \(4, 64\), got \(2, 64\)"):
+        cute_ops.fused_add_rms_norm(x, _t((2, 64), torch.bfloat16, dev), w)
+
+
+def test_opcheck_on_meta_tensors():
+    # Schema, the C++ Meta impl (fake tensors) and tracing with dynamic shapes, on the CPU.
+    x, w = _t((3, 5, 128), torch.bfloat16, "meta"), _t(128, torch.bfloat16, "meta")
+    torch.library.opcheck(torch.ops.cute_ops.rms_norm.default, (x, w, 1e-6))
+    torch.library.opcheck(torch.ops.cute_ops.fused_add_rms_norm.default, (x, x.clone(), w, 1e-6))
 
 
 @pytest.mark.skipif(cute_ops.cuda_kernels_available(), reason="this build has the CUDA kernels")

@@ -10,7 +10,7 @@ import torch
 import cute_ops
 from cute_ops import reference as ref
 from cute_ops.rope import Llama3RopeScaling, rope_cos_sin_cache, rope_inv_freq
-from conftest import assert_close_to_reference, capture_graph
+from conftest import CHECK_DEVICES, assert_close_to_reference, capture_graph
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 # Ours rotates in float32 and rounds once, as PyTorch's upcast reference does; the bound is k times
@@ -103,22 +103,44 @@ def test_fake_impl_accepts_fused_qkv_views():
     assert torch.ops.cute_ops.rotary_embedding(q, k, pos, cache) is None
 
 
+@pytest.mark.parametrize("dev", CHECK_DEVICES)
 @pytest.mark.parametrize("kw, match, exc", [
     (dict(device="cpu"), "q must be a CUDA tensor, got device cpu", ValueError),
-    (dict(k_heads_dim=64), r"k must be \[5, num_kv_heads, 128\]", ValueError),
-    (dict(pos_dtype=torch.float32), "positions must have dtype in", TypeError),
+    (dict(k_heads_dim=64), r"k must be \[5, heads, 128\] like q \(5, 4, 128\)", ValueError),
+    (dict(pos_dtype=torch.float32), r"positions must have dtype in \(int64, int32\), got torch.float32", TypeError),
     (dict(pos_shape=(4,)), r"positions must have shape \(5,\)", ValueError),
     (dict(rot_dim=130), r"rot_dim \(130\) must be even and at most head_dim \(128\)", ValueError),
-    (dict(cache_dtype=torch.float16), "cos_sin_cache must have dtype in", TypeError),
+    (dict(cache_dtype=torch.float16), r"cos_sin_cache must have dtype in \(float32, bfloat16\)", TypeError),
+    (dict(cache_rows=0), "cos_sin_cache must have at least one row", ValueError),
+    (dict(q_dtype=torch.int8), "q must have dtype in", TypeError),
+    (dict(same_qk=True), "q and k must be different tensors", ValueError),
+    (dict(q_transposed=True), "q's last dim must be contiguous", ValueError),
+    (dict(q_tokens_permuted=True), "q's token dims must be viewable as one dim", ValueError),
 ])
-def test_input_checks(kw, match, exc):
-    dev = kw.get("device", "meta")
-    q = torch.empty(5, 4, 128, dtype=torch.bfloat16, device=dev)
-    k = torch.empty(5, 2, kw.get("k_heads_dim", 128), dtype=torch.bfloat16, device=dev)
-    pos = torch.empty(kw.get("pos_shape", (5,)), dtype=kw.get("pos_dtype", torch.int64), device=dev)
-    cache = torch.empty(64, kw.get("rot_dim", 128), dtype=kw.get("cache_dtype", torch.float32), device=dev)
+def test_input_checks(kw, match, exc, dev):
+    dev = kw.get("device", dev)
+    dtype = kw.get("q_dtype", torch.bfloat16)
+    q = torch.empty(5, 4, 128, dtype=dtype, device=dev)
+    if kw.get("q_transposed"):
+        q = torch.empty(5, 128, 4, dtype=dtype, device=dev).transpose(1, 2)
+    if kw.get("q_tokens_permuted"):
+        q = torch.empty(5, 3, 4, 128, dtype=dtype, device=dev).transpose(0, 1)
+    k = torch.empty(*q.shape[:-2], 2, kw.get("k_heads_dim", 128), dtype=dtype, device=dev)
+    if kw.get("same_qk"):
+        k = q
+    pos = torch.empty(kw.get("pos_shape", q.shape[:-2]), dtype=kw.get("pos_dtype", torch.int64), device=dev)
+    cache = torch.empty(kw.get("cache_rows", 64), kw.get("rot_dim", 128), dtype=kw.get("cache_dtype", torch.float32),
+                        device=dev)
     with pytest.raises(exc, match=match):
         cute_ops.rotary_embedding(q, k, pos, cache)
+
+
+def test_opcheck_on_meta_tensors():
+    qkv = torch.empty(2, 7, (8 + 2 * 2) * 64, dtype=torch.bfloat16, device="meta")
+    q, k = qkv[..., : 8 * 64].view(2, 7, 8, 64), qkv[..., 8 * 64: 10 * 64].view(2, 7, 2, 64)
+    torch.library.opcheck(torch.ops.cute_ops.rotary_embedding.default,
+                          (q, k, torch.empty(2, 7, dtype=torch.int64, device="meta"),
+                           torch.empty(100, 64, dtype=torch.float32, device="meta")))
 
 
 # ---------------------------------------------------------------- GPU: kernel

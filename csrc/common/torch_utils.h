@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "common/dtype.h"
+#include "common/op_checks.h"
 
 namespace cute_ops {
 
@@ -29,11 +30,6 @@ inline void check_cuda_tensor(const at::Tensor& t, const char* op, const char* a
 inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const char* op, const char* arg) {
   TORCH_CHECK(a.device() == b.device(), op, ": ", arg, " is on ", b.device(), " but the inputs are on ",
               a.device());
-}
-
-inline void check_aligned(const at::Tensor& t, int64_t bytes, const char* op, const char* arg) {
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % bytes == 0, op, ": ", arg,
-              "'s data pointer must be ", bytes, "-byte aligned (a view with a storage offset may not be)");
 }
 
 // An fp16/bf16 CUDA operand on `ref`'s device with `ref`'s dtype (`ref_name` names ref in the message).

@@ -56,10 +56,6 @@ void launch(const RmsNormParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-int rms_norm_vector_width(DType dtype) {
-  return CUTE_OPS_DTYPE_SWITCH(dtype, T, [&] { return kElemsPer16B<T>; });
-}
-
 void run_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   CUTE_OPS_DTYPE_SWITCH(p.dtype, T, [&] {

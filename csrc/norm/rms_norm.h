@@ -23,9 +23,6 @@ struct RmsNormParams {
   DType dtype;               // of out, x, residual and weight alike
 };
 
-// Elements per 16-byte access; `hidden` and every row stride must be a multiple of it.
-int rms_norm_vector_width(DType dtype);
-
 void run_rms_norm(const RmsNormParams& params, cudaStream_t stream);
 
 }  // namespace cute_ops

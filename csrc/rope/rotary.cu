@@ -31,10 +31,6 @@ void dispatch_pos_vec(const RotaryParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-int rotary_vector_width(DType dtype) {
-  return CUTE_OPS_DTYPE_SWITCH(dtype, T, [&] { return kElemsPer16B<T>; });
-}
-
 void run_rotary(const RotaryParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.rot_dim == 0) return;
   CUTE_OPS_DTYPE_SWITCH(p.dtype, T, [&] {

@@ -27,9 +27,6 @@ struct RotaryParams {
   bool vectorized;              // 16-byte accesses: the glue checked alignment and divisibility
 };
 
-// Elements of q per 16-byte access.
-int rotary_vector_width(DType dtype);
-
 void run_rotary(const RotaryParams& params, cudaStream_t stream);
 
 }  // namespace cute_ops
