@@ -245,13 +245,14 @@ def test_options(softmax_scale, causal):
 
 
 @pytest.mark.gpu
-def test_empty_cache_and_causal_tokens_without_keys():
+@pytest.mark.parametrize("num_splits", [0, 3])  # 3: rows whose every split is empty, through the combine
+def test_empty_cache_and_causal_tokens_without_keys(num_splits):
     # No keys at all: out 0, lse -inf. With 3 tokens over 2 keys (no append), the first token
     # sees none of them under causal masking.
     k_cache, v_cache, _ = _cache(2, 64, 2, 64, torch.bfloat16, "cuda")
     q = torch.randn(2, 3, 2, 64, device="cuda").to(torch.bfloat16)
     lengths = torch.tensor([0, 2], dtype=torch.int32, device="cuda")
-    out, lse = _run_and_check(q, k_cache, v_cache, lengths)
+    out, lse = _run_and_check(q, k_cache, v_cache, lengths, num_splits=num_splits)
     assert (out[0] == 0).all() and (lse[0] == -math.inf).all()
     assert (out[1, 0] == 0).all() and (lse[1, :, 0] == -math.inf).all()
 

@@ -77,7 +77,7 @@ bool flash_decode_supports_head_dim(int d);
 inline int flash_decode_rows(const FlashDecodeParams& p) { return p.sq * (p.h / p.h_k); }
 constexpr int kDecodeBlockM = 16;
 constexpr int kDecodeBlockN = 64;     // keys a CTA stages at a time (4 warps x 16)
-constexpr int kDecodeMaxSplits = 128;  // the combine kernel keeps one weight a split in shared memory
+constexpr int kDecodeMaxSplits = 128;  // caps the float32 partials: num_splits x rows x head dim
 
 // The split count for num_splits = 0: about one CTA an SM for a contiguous cache (one CTA's ring
 // keeps enough bytes in flight, and every further split only adds partial outputs to merge), two

@@ -16,6 +16,7 @@
 #include "common/cute/sm80_copy.h"
 #include "common/cute/sm80_gemm.h"
 #include "common/cute/sm80_mma.h"
+#include "common/cute/softmax_merge.h"
 #include "common/pdl.h"
 #include "flash_decode/cache_access.h"
 #include "flash_decode/flash_decode.h"
@@ -243,26 +244,20 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   }
   __syncthreads();
   if (tid < kBlockM) {
-    // A warp's lse is NaN when a NaN in K reached its scores (a NaN in V shows in O alone): the
-    // row's lse and output are then NaN. fmaxf would drop a NaN, so it is looked for explicitly.
-    float lse_max = -INFINITY;
-    bool nan_row = poison_rows;
+    // The warps' lse values are one batch of partials (softmax_merge.h has the empty and NaN
+    // rules); nothing is accumulated yet, so the rescale factor is unused. A poisoned row, or a
+    // NaN lse (a NaN in K reached a warp's scores), makes inv NaN and with it every weight, so
+    // the row's output is NaN; a NaN in V shows in that warp's O alone.
+    float lse_w[kNWarps], wt[kNWarps];
 #pragma unroll
-    for (int w = 0; w < kNWarps; ++w) {
-      const float l = sLse[w * kBlockM + tid];
-      nan_row |= isnan(l);
-      lse_max = fmaxf(lse_max, l);
-    }
-    float wt[kNWarps], weight_sum = 0.f;
+    for (int w = 0; w < kNWarps; ++w) lse_w[w] = sLse[w * kBlockM + tid];
+    SoftmaxMergeState state = SoftmaxMergeState::empty();
+    state.merge(lse_w, wt);
+    state.poison(poison_rows);
+    const float inv = state.inv_sum();
 #pragma unroll
-    for (int w = 0; w < kNWarps; ++w) {
-      wt[w] = lse_max == -INFINITY ? 0.f : __expf(sLse[w * kBlockM + tid] - lse_max);
-      weight_sum += wt[w];
-    }
-    const float inv = weight_sum > 0.f ? 1.f / weight_sum : 0.f;
-#pragma unroll
-    for (int w = 0; w < kNWarps; ++w) sWeight[w * kBlockM + tid] = nan_row ? NAN : wt[w] * inv;
-    sRowLse[tid] = nan_row ? NAN : weight_sum > 0.f ? lse_max + __logf(weight_sum) : -INFINITY;
+    for (int w = 0; w < kNWarps; ++w) sWeight[w * kBlockM + tid] = wt[w] * inv;
+    sRowLse[tid] = state.lse();
   }
   __syncthreads();
 

@@ -6,9 +6,10 @@
 // so row reductions finish with two shuffles. The running max is kept unscaled; exponentials are
 // exp2(s * scale_log2 - max * scale_log2), one FFMA and one EX2 per score. A row that has seen
 // only masked (-inf) scores keeps max = -inf: its exponentials use 0 as the subtracted max (so they
-// are exp2(-inf) = 0, not NaN), and it ends with sum 0, output 0 and lse = -inf. Only that is
-// empty: a NaN score (from a NaN in K or Q) makes the row's sum, output and lse NaN, so a NaN in
-// the inputs shows in the output in every split configuration instead of reading as "no keys".
+// are exp2(-inf) = 0, not NaN), and it ends with sum 0. finalize() hands (max, sum) to
+// SoftmaxMergeState (softmax_merge.h), whose rules make that row empty (output 0, lse -inf) and a
+// row whose sum a NaN score reached NaN, so a NaN in the inputs shows in the output in every split
+// configuration instead of reading as "no keys".
 //
 // Lazy rescaling: the max that the exponentials subtract (row_max) is only moved when some row of
 // the warp has seen a score more than kRescaleThreshold (log2 units) above it; until then the
@@ -21,6 +22,8 @@
 #include <cute/tensor.hpp>
 
 #include <cmath>
+
+#include "common/cute/softmax_merge.h"
 
 namespace cute_ops {
 
@@ -98,15 +101,15 @@ struct OnlineSoftmax {
   }
 
   // Divides O by the row sums and returns each row's log-sum-exp (natural log, of the scaled
-  // scores) in lse[].
+  // scores) in lse[]. Each row is one merge state: the running max (raw scores, scaled by lse())
+  // and the quad-reduced sum, with no NaN flag (a NaN score is already in the sum).
   template <typename TensorO>
   __device__ __forceinline__ void finalize(TensorO& acc_o, float scale, float (&lse)[kRows]) {
 #pragma unroll
     for (int mi = 0; mi < kRows; ++mi) {
-      const float sum = sm80::quad_sum(row_sum[mi]);
-      const bool empty = sum == 0.f;  // NaN is not empty: it propagates
-      const float inv = empty ? 0.f : 1.f / sum;
-      lse[mi] = empty ? -INFINITY : row_max[mi] * scale + logf(sum);
+      const SoftmaxMergeState row{row_max[mi], sm80::quad_sum(row_sum[mi]), false};
+      const float inv = row.inv_sum();
+      lse[mi] = row.lse</*kFastLog=*/false>(scale);
 #pragma unroll
       for (int ni = 0; ni < size<1>(acc_o); ++ni) acc_o(mi, ni) *= inv;
     }
