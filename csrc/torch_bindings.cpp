@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "common/registration.h"
+#include "flash_decode/flash_decode_supported.h"
+#include "flash_fwd/flash_fwd_supported.h"
+#include "gemm_pair/gemm_pair_supported.h"
 #include "gemm_pair/tile_order.h"
 
 namespace {
@@ -31,9 +34,27 @@ at::Tensor gemm_pair_order(int64_t m, int64_t k, int64_t n0, int64_t n1, const s
   return t;
 }
 
+// What each CuTe family has kernels for (dtypes, head dims, block_m, ... and by architecture), as
+// JSON: {"flash_fwd": {...}, ...}. The sets are generated with the instantiations
+// (csrc/generate_instantiations.py); cute_ops/_library.py reads them once at import, so Python
+// restates none. Host code, in every build: a CPU-only build reports what a CUDA build would run.
+std::string supported_configs() {
+  namespace s = cute_ops::supported;
+  std::string json = "{";
+  for (auto [family, sets] : {std::pair{s::flash_fwd::kFamily, s::flash_fwd::kJson},
+                              {s::flash_decode::kFamily, s::flash_decode::kJson},
+                              {s::gemm_pair::kFamily, s::gemm_pair::kJson}}) {
+    json += (json.size() > 1 ? ", \"" : "\"") + std::string(family) + "\": " + sets;
+  }
+  return json + "}";
+}
+
 }  // namespace
 
 TORCH_LIBRARY(cute_ops, m) {
+  // ---- supported configurations (generated: csrc/<family>/<family>_supported.h) ------------
+  m.def("supported_configs() -> str", &supported_configs);
+
   // ---- device-side errors (csrc/common/device_errors.*; cute_ops/errors.py) --------------------
   // Bad lengths, pages or positions found on the device are recorded per device ("record" mode)
   // or trap ("trap", for debugging). device_errors returns [reports, op, code, sequence, value,

@@ -1,6 +1,9 @@
 """Loads the compiled extension and says clearly when it, or its CUDA kernels, are missing."""
 from __future__ import annotations
 
+import copy
+import json
+
 import torch
 
 _import_error: Exception | None = None
@@ -33,6 +36,47 @@ def cuda_kernels_available(op: str = "rms_norm") -> bool:
     return op in _CUDA_OPS
 
 
+def _read_supported_configs() -> tuple[dict, str | None]:
+    """The extension's supported sets, and why they are unknown (None when they are known)."""
+    if not schemas_loaded():
+        return {}, f"the extension cute_ops._C could not be imported ({_import_error}); {BUILD_HINT}"
+    if not hasattr(torch.ops.cute_ops, "supported_configs"):
+        return {}, ("cute_ops._C is older than its Python code (it has no supported_configs op); rebuild it: "
+                    "`pip install --no-build-isolation -e .`")
+    return json.loads(torch.ops.cute_ops.supported_configs()), None
+
+
+# Read once at import, like _CUDA_OPS: the wrappers' checks then compare against constants.
+_SUPPORTED, _SUPPORTED_UNKNOWN = _read_supported_configs()
+
+
+def supported_configs() -> dict:
+    """What each CuTe family has kernels for, as the extension reports it: ``{family: {"arch": [...],
+    axis: [values], ..., "by_arch": {arch: {axis: [values]}}}}``, the axes being the instantiations'
+    (dtype, head_dim, causal, block_m). The sets are generated with the instantiations
+    (csrc/generate_instantiations.py), so Python restates none of them. Empty when the extension
+    is missing."""
+    return copy.deepcopy(_SUPPORTED)
+
+
+def supported(family: str, axis: str) -> tuple:
+    """The values of `axis` that `family` has kernels for on some architecture: what its op accepts
+    (torch dtypes for "dtype"). Without the extension the sets are unknown and this is (): a wrapper
+    calls require_supported_configs first, so that it says the extension is missing rather than
+    that no value is allowed."""
+    if _SUPPORTED_UNKNOWN is not None:
+        return ()
+    values = _SUPPORTED[family][axis]  # a KeyError here is a name that the C++ side does not know
+    return tuple(getattr(torch, name) for name in values) if axis == "dtype" else tuple(values)
+
+
+def require_supported_configs(op: str) -> None:
+    """Raise a RuntimeError saying why the supported sets are unknown (no extension, or one built
+    before they were exported), before an input check would compare against an empty set."""
+    if _SUPPORTED_UNKNOWN is not None:
+        raise RuntimeError(f"cute_ops.{op}: cannot check the inputs: {_SUPPORTED_UNKNOWN}")
+
+
 def require_kernels(op: str) -> None:
     """Raise a RuntimeError naming the missing build instead of a dispatcher error."""
     if not schemas_loaded():
@@ -41,3 +85,11 @@ def require_kernels(op: str) -> None:
     if not cuda_kernels_available(op):
         raise RuntimeError(f"cute_ops.{op}: cute_ops._C was built without CUDA kernels for this op "
                            f"(CPU-only PyTorch, no nvcc, or CUTE_OPS_FAMILIES left it out); {BUILD_HINT}")
+
+
+def require_kernels_for(op: str, t) -> None:
+    """require_kernels(op) when `t` is a tensor that would run the CUDA kernel: not for meta
+    tensors, which the op's C++ Meta impl handles in every build, nor for non-tensors and tensors
+    on other devices, for which the op itself raises a message naming the argument."""
+    if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+        require_kernels(op)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import torch
 
 from . import _checks
-from ._library import require_kernels, schemas_loaded
+from ._library import require_kernels, require_supported_configs, schemas_loaded, supported
 
-DTYPES = (torch.float16, torch.bfloat16)
-HEAD_DIMS = (64, 128)
+# What the kernels exist for, as the extension reports it (csrc/generate_instantiations.py writes
+# the sets with the instantiations); () without the extension, whose absence _check_args reports.
+DTYPES = supported("flash_decode", "dtype")
+HEAD_DIMS = supported("flash_decode", "head_dim")
 MAX_NEW_TOKENS = 16
 MAX_SPLITS = 128
 
@@ -23,6 +25,7 @@ def _check_16bit(op: str, name: str, t, q: torch.Tensor, ndim: int) -> None:
 
 def _check_args(op, q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, rotary_cos, rotary_sin,
                 softmax_scale, causal, num_splits) -> None:
+    require_supported_configs(op)
     _check_16bit(op, "q", q, q, 4)
     batch, new_tokens, heads_q, head_dim = q.shape
     if head_dim not in HEAD_DIMS:

@@ -7,13 +7,16 @@ from __future__ import annotations
 import torch
 
 from . import _checks
-from ._library import require_kernels, schemas_loaded
+from ._library import require_kernels, require_supported_configs, schemas_loaded, supported
 
-DTYPES = (torch.float16, torch.bfloat16)
-HEAD_DIMS = (64, 96, 128, 256)
+# What the kernels exist for, as the extension reports it (csrc/generate_instantiations.py writes
+# the sets with the instantiations); () without the extension, whose absence _check_qkv reports.
+DTYPES = supported("flash_fwd", "dtype")
+HEAD_DIMS = supported("flash_fwd", "head_dim")
 
 
 def _check_qkv(op: str, q, k, v, q_dims: tuple[str, ...], kv_dims: tuple[str, ...]) -> None:
+    require_supported_configs(op)
     _checks.check_tensor(op, "q", q, dtypes=DTYPES)
     _checks.check_tensor(op, "k", k)
     _checks.check_tensor(op, "v", v)

@@ -6,18 +6,21 @@ from __future__ import annotations
 import torch
 
 from . import _checks
-from ._library import require_kernels, schemas_loaded
+from ._library import require_kernels, require_supported_configs, schemas_loaded, supported
 from .gemm_pair_schedule import GRANULARITIES, POLICIES
 
-DTYPES = (torch.float16, torch.bfloat16)
+# What the kernels exist for, as the extension reports it (csrc/generate_instantiations.py writes
+# the sets with the instantiations); () without the extension, whose absence _check_args reports.
+DTYPES = supported("gemm_pair", "dtype")
+BLOCK_MS = supported("gemm_pair", "block_m")
 ACTIVATIONS = ("swiglu", "gelu", "none")
-BLOCK_MS = (16, 64, 128)
 # pack_gate_up interleaves gate and up rows in blocks of this many: one GEMM0 tile (128 rows of
 # b0) holds 64 gate rows and the 64 matching up rows, so its epilogue writes silu(gate) * up.
 GATE_BLOCK = 64
 
 
 def _check_args(op, a, b0, b1, activation, policy, granularity, split_k0, split_k1, block_m, lag) -> None:
+    require_supported_configs(op)
     _checks.check_tensor(op, "a", a, dtypes=DTYPES, ndim=2)
     for name, t in (("b0", b0), ("b1", b1)):
         _checks.check_tensor(op, name, t, dtypes=DTYPES, ndim=2)

@@ -1,26 +1,24 @@
-// Picks the instantiation for a call's (dtype, head dim), after the append kernel when the call
-// brings new tokens. Includes no kernel code: see instantiations/*.cu and flash_decode_append.cu.
-#include <cutlass/numeric_types.h>
-
+// Picks the instantiation for a call's (dtype, head dim) on the current device, after the append
+// kernel when the call brings new tokens. Includes no kernel code: the instantiations are compiled
+// in their own translation units (instantiations/*.cu; the append kernel in
+// flash_decode_append.cu), and the generated flash_decode_dispatch.h declares them and holds the
+// table (csrc/generate_instantiations.py writes all three).
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "flash_decode/flash_decode.h"
+#include "flash_decode/flash_decode_dispatch.h"
+#include "flash_decode/flash_decode_supported.h"
 
 namespace cute_ops {
 
-template <typename Element, int kHeadDim>
-void run_flash_decode_(const FlashDecodeParams& p, cudaStream_t stream);
 void run_flash_decode_append(const FlashDecodeParams& p, cudaStream_t stream);
 
-extern template void run_flash_decode_<cutlass::bfloat16_t, 64>(const FlashDecodeParams&, cudaStream_t);
-extern template void run_flash_decode_<cutlass::bfloat16_t, 128>(const FlashDecodeParams&, cudaStream_t);
-extern template void run_flash_decode_<cutlass::half_t, 64>(const FlashDecodeParams&, cudaStream_t);
-extern template void run_flash_decode_<cutlass::half_t, 128>(const FlashDecodeParams&, cudaStream_t);
-
-bool flash_decode_supports_head_dim(int d) { return d == 64 || d == 128; }
+bool flash_decode_supports_head_dim(int d) {
+  return supported::flash_decode::contains(supported::flash_decode::kHeadDims, d);
+}
 
 int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int max_seqlen) {
   const int m_blocks = (flash_decode_rows(p) + kDecodeBlockM - 1) / kDecodeBlockM;
@@ -43,12 +41,20 @@ int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int max
 }
 
 void run_flash_decode(const FlashDecodeParams& p, cudaStream_t stream) {
+  const DType dtype = p.is_bf16 ? DType::kBFloat16 : DType::kFloat16;
+  const int major = flash_decode_dispatch::current_major();
+  // Picked before the append kernel runs: a call that cannot attend must not write the caches.
+  void (*run)(const FlashDecodeParams&, cudaStream_t) = nullptr;
+  flash_decode_dispatch::dispatch(major, dtype, p.d, [&](auto kernel) { run = &decltype(kernel)::run; });
+  if (run == nullptr) {
+    // The op checked the head dim against the supported set, so this is a build that left the
+    // instantiation out (CUTE_OPS_OMIT_*), or a device older than every architecture built.
+    throw std::invalid_argument(std::string("flash_decode: this build has no kernel for ") + dtype_name(dtype) +
+                                ", head dim " + std::to_string(p.d) + " on a device of compute capability " +
+                                std::to_string(major) + ".x");
+  }
   if (p.seqlen_new > 0) run_flash_decode_append(p, stream);
-  if (p.is_bf16 && p.d == 64) return run_flash_decode_<cutlass::bfloat16_t, 64>(p, stream);
-  if (p.is_bf16 && p.d == 128) return run_flash_decode_<cutlass::bfloat16_t, 128>(p, stream);
-  if (!p.is_bf16 && p.d == 64) return run_flash_decode_<cutlass::half_t, 64>(p, stream);
-  if (!p.is_bf16 && p.d == 128) return run_flash_decode_<cutlass::half_t, 128>(p, stream);
-  throw std::invalid_argument("flash_decode: no kernel for head dim " + std::to_string(p.d));
+  run(p, stream);
 }
 
 }  // namespace cute_ops
