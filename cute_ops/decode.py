@@ -5,86 +5,14 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks
-from ._library import require_kernels, require_supported_configs, schemas_loaded, supported
+from ._library import require_kernels_for, supported
 
 # What the kernels exist for, as the extension reports it (csrc/generate_instantiations.py writes
-# the sets with the instantiations); () without the extension, whose absence _check_args reports.
+# the sets with the instantiations); () without the extension. The input rules themselves, and the
+# shape inference of meta and fake tensors, are the C++ op's (csrc/flash_decode/flash_decode_checks.cpp;
+# the limits on new tokens, query heads per kv head and splits are in flash_decode_limits.h).
 DTYPES = supported("flash_decode", "dtype")
 HEAD_DIMS = supported("flash_decode", "head_dim")
-MAX_NEW_TOKENS = 16
-MAX_SPLITS = 128
-
-
-def _check_16bit(op: str, name: str, t, q: torch.Tensor, ndim: int) -> None:
-    _checks.check_tensor(op, name, t, dtypes=DTYPES, ndim=ndim)
-    _checks.check_same_device(op, "q", q, **{name: t})
-    _checks.check_same_dtype(op, "q", q, **{name: t})
-    _checks.check_vector_strides(op, name, t)
-
-
-def _check_args(op, q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, rotary_cos, rotary_sin,
-                softmax_scale, causal, num_splits) -> None:
-    require_supported_configs(op)
-    _check_16bit(op, "q", q, q, 4)
-    batch, new_tokens, heads_q, head_dim = q.shape
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"{op}: head_dim must be one of {HEAD_DIMS}, got q of shape {tuple(q.shape)}")
-    if not 1 <= new_tokens <= MAX_NEW_TOKENS:
-        raise ValueError(f"{op}: q must hold 1 to {MAX_NEW_TOKENS} new tokens a sequence ([batch, tokens, heads, "
-                         f"head_dim]), got shape {tuple(q.shape)}")
-    _check_16bit(op, "k_cache", k_cache, q, 4)
-    _check_16bit(op, "v_cache", v_cache, q, 4)
-    if tuple(v_cache.shape) != tuple(k_cache.shape):
-        raise ValueError(f"{op}: v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
-    heads_kv = k_cache.shape[2]
-    if k_cache.shape[3] != head_dim:
-        raise ValueError(f"{op}: the cache's head_dim ({k_cache.shape[3]}) differs from q's ({head_dim})")
-    if heads_kv < 1 or heads_q % heads_kv or heads_q // heads_kv > 16:
-        raise ValueError(f"{op}: q's head count ({heads_q}) must be a multiple of the cache's ({heads_kv}), at most "
-                         f"16 times it")
-    _checks.check_tensor(op, "cache_seqlens", cache_seqlens, dtypes=(torch.int32,), ndim=1)
-    _checks.check_same_device(op, "q", q, cache_seqlens=cache_seqlens)
-    if cache_seqlens.shape[0] != batch or not cache_seqlens.is_contiguous():
-        raise ValueError(f"{op}: cache_seqlens must be contiguous with one length per sequence ({batch}), got "
-                         f"shape {tuple(cache_seqlens.shape)}")
-    if block_table is None:
-        if k_cache.shape[0] != batch:
-            raise ValueError(f"{op}: a contiguous cache is [batch ({batch}), capacity, heads_kv, head_dim], got "
-                             f"{tuple(k_cache.shape)} (a paged cache needs block_table)")
-    else:
-        _checks.check_tensor(op, "block_table", block_table, dtypes=(torch.int32,), ndim=2)
-        _checks.check_same_device(op, "q", q, block_table=block_table)
-        if block_table.shape[0] != batch or (block_table.shape[1] > 1 and block_table.stride(1) != 1):
-            raise ValueError(f"{op}: block_table must be [batch ({batch}), max_pages] with contiguous rows, got "
-                             f"shape {tuple(block_table.shape)} strides {block_table.stride()}")
-        if k_cache.shape[1] % 16 or k_cache.shape[0] < 1:
-            raise ValueError(f"{op}: a paged cache is [num_pages, page_size, heads_kv, head_dim] with at least one "
-                             f"page and page_size a multiple of 16, got {tuple(k_cache.shape)}")
-    if (k_new is None) != (v_new is None):
-        raise ValueError(f"{op}: k_new and v_new go together")
-    for name, t in (("k_new", k_new), ("v_new", v_new)):
-        if t is not None:
-            _check_16bit(op, name, t, q, 4)
-            _checks.check_shape(op, name, t, (batch, new_tokens, heads_kv, head_dim))
-    if (rotary_cos is None) != (rotary_sin is None):
-        raise ValueError(f"{op}: rotary_cos and rotary_sin go together")
-    if rotary_cos is not None:
-        if k_new is None:
-            raise ValueError(f"{op}: rotary_cos/rotary_sin rotate the new tokens, so they need k_new and v_new")
-        for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
-            _checks.check_tensor(op, name, t, dtypes=(torch.float32, q.dtype), ndim=2)
-            _checks.check_same_device(op, "q", q, **{name: t})
-            _checks.check_last_dim_contiguous(op, name, t)
-        if (rotary_cos.shape != rotary_sin.shape or rotary_cos.stride() != rotary_sin.stride()
-                or rotary_cos.dtype != rotary_sin.dtype):
-            raise ValueError(f"{op}: rotary_cos and rotary_sin must match in shape, strides and dtype")
-        if not 1 <= rotary_cos.shape[1] <= head_dim // 2:
-            raise ValueError(f"{op}: rotary_cos is [positions, rotary_dim / 2] with rotary_dim <= head_dim "
-                             f"({head_dim}), got shape {tuple(rotary_cos.shape)}")
-    _checks.check_attention_options(op, softmax_scale, causal)
-    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
-        raise ValueError(f"{op}: num_splits must be an int from 0 (automatic) to {MAX_SPLITS}, got {num_splits!r}")
 
 
 def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
@@ -134,20 +62,6 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         ``(out, lse)``: out ``[batch, tokens, heads_q, head_dim]`` in q's dtype, contiguous; lse
         float32 ``[batch, heads_q, tokens]``. A token that sees no key gets out 0 and lse -inf.
     """
-    _check_args("flash_decode", q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, rotary_cos,
-                rotary_sin, softmax_scale, causal, num_splits)
-    require_kernels("flash_decode")
+    require_kernels_for("flash_decode", q)
     return torch.ops.cute_ops.flash_decode(q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, rotary_cos,
-                                           rotary_sin, None if softmax_scale is None else float(softmax_scale),
-                                           causal, num_splits)
-
-
-if schemas_loaded():
-    @torch.library.register_fake("cute_ops::flash_decode")
-    def _flash_decode_fake(q, k_cache, v_cache, cache_seqlens, k_new=None, v_new=None, block_table=None,
-                           rotary_cos=None, rotary_sin=None, softmax_scale=None, causal=True, num_splits=0):
-        _check_args("flash_decode", q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, rotary_cos,
-                    rotary_sin, softmax_scale, causal, num_splits)
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-        return out, lse
+                                           rotary_sin, softmax_scale, causal, num_splits)

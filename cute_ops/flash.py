@@ -6,76 +6,13 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks
-from ._library import require_kernels, require_supported_configs, schemas_loaded, supported
+from ._library import require_kernels_for, schemas_loaded, supported
 
 # What the kernels exist for, as the extension reports it (csrc/generate_instantiations.py writes
-# the sets with the instantiations); () without the extension, whose absence _check_qkv reports.
+# the sets with the instantiations); () without the extension. The input rules themselves, and the
+# shape inference of meta and fake tensors, are the C++ ops' (csrc/flash_fwd/flash_fwd_checks.cpp).
 DTYPES = supported("flash_fwd", "dtype")
 HEAD_DIMS = supported("flash_fwd", "head_dim")
-
-
-def _check_qkv(op: str, q, k, v, q_dims: tuple[str, ...], kv_dims: tuple[str, ...]) -> None:
-    require_supported_configs(op)
-    _checks.check_tensor(op, "q", q, dtypes=DTYPES)
-    _checks.check_tensor(op, "k", k)
-    _checks.check_tensor(op, "v", v)
-    _checks.check_same_device(op, "q", q, k=k, v=v)
-    _checks.check_same_dtype(op, "q", q, k=k, v=v)
-    for name, t, dims in (("q", q, q_dims), ("k", k, kv_dims), ("v", v, kv_dims)):
-        if t.dim() != len(dims):
-            raise ValueError(f"{op}: {name} must be [{', '.join(dims)}], got shape {tuple(t.shape)}")
-    head_dim = q.shape[-1]
-    if head_dim not in HEAD_DIMS:
-        raise ValueError(f"{op}: head_dim (last dim of q) must be one of {HEAD_DIMS}, got {head_dim}")
-    if k.shape[-1] != head_dim:
-        raise ValueError(f"{op}: k must have q's head_dim ({head_dim}) as its last dim, "
-                         f"got shape {tuple(k.shape)}")
-    if tuple(v.shape) != tuple(k.shape):
-        raise ValueError(f"{op}: v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
-    heads_q, heads_kv = q.shape[-2], k.shape[-2]
-    if heads_kv < 1 or heads_q < heads_kv or heads_q % heads_kv:
-        raise ValueError(f"{op}: q's head count ({heads_q}) must be a positive multiple of k and v's "
-                         f"({heads_kv}): each group of heads_q / heads_kv query heads shares one kv head")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _checks.check_vector_strides(op, name, t)
-
-
-def _check_args(op: str, q, k, v, softmax_scale, causal) -> None:
-    _check_qkv(op, q, k, v, ("batch", "seqlen_q", "heads_q", "head_dim"),
-               ("batch", "seqlen_k", "heads_kv", "head_dim"))
-    if k.shape[0] != q.shape[0]:
-        raise ValueError(f"{op}: k and v must have q's batch size ({q.shape[0]}), got shape {tuple(k.shape)}")
-    if k.shape[1] < 1:
-        raise ValueError(f"{op}: k and v must hold at least one key (seqlen_k >= 1): softmax over no keys is "
-                         f"undefined, got shape {tuple(k.shape)}")
-    _checks.check_attention_options(op, softmax_scale, causal)
-
-
-def _check_varlen_args(op: str, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                       softmax_scale, causal) -> None:
-    _check_qkv(op, q, k, v, ("total_q", "heads_q", "head_dim"), ("total_k", "heads_kv", "head_dim"))
-    _checks.check_tensor(op, "cu_seqlens_q", cu_seqlens_q, dtypes=(torch.int32,), ndim=1)
-    _checks.check_tensor(op, "cu_seqlens_k", cu_seqlens_k, dtypes=(torch.int32,), ndim=1)
-    _checks.check_same_device(op, "q", q, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
-    if cu_seqlens_q.shape[0] < 2:
-        raise ValueError(f"{op}: cu_seqlens_q must hold batch + 1 >= 2 offsets, "
-                         f"got shape {tuple(cu_seqlens_q.shape)}")
-    if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0]:
-        raise ValueError(f"{op}: cu_seqlens_k must have cu_seqlens_q's length ({cu_seqlens_q.shape[0]}, one more "
-                         f"than the batch size), got shape {tuple(cu_seqlens_k.shape)}")
-    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        if not cu.is_contiguous():
-            raise ValueError(f"{op}: {name} must be contiguous, got strides {cu.stride()}")
-    for name, bound in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if isinstance(bound, bool) or not isinstance(bound, (int, torch.SymInt)) or bound < 1:
-            raise ValueError(f"{op}: {name} must be an int >= 1, at least the longest sequence's length, "
-                             f"got {bound!r}")
-    _checks.check_attention_options(op, softmax_scale, causal)
-
-
-def _scale_arg(softmax_scale: float | None) -> float | None:
-    return None if softmax_scale is None else float(softmax_scale)
 
 
 def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
@@ -103,9 +40,8 @@ def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         log-sum-exp of each query's scaled scores (the softmax denominator), ``[batch, heads_q,
         seqlen_q]``, contiguous.
     """
-    _check_args("flash_fwd", q, k, v, softmax_scale, causal)
-    require_kernels("flash_fwd")
-    return torch.ops.cute_ops.flash_fwd(q, k, v, softmax_scale=_scale_arg(softmax_scale), causal=causal)
+    require_kernels_for("flash_fwd", q)
+    return torch.ops.cute_ops.flash_fwd(q, k, v, softmax_scale=softmax_scale, causal=causal)
 
 
 def flash_fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -143,11 +79,9 @@ def flash_fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         ``(out, lse)``: out ``[total_q, heads_q, head_dim]``, contiguous, q's dtype; lse float32
         ``[heads_q, total_q]``, contiguous.
     """
-    _check_varlen_args("flash_fwd_varlen", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                       softmax_scale, causal)
-    require_kernels("flash_fwd_varlen")
+    require_kernels_for("flash_fwd_varlen", q)
     return torch.ops.cute_ops.flash_fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                               softmax_scale=_scale_arg(softmax_scale), causal=causal)
+                                               softmax_scale=softmax_scale, causal=causal)
 
 
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, softmax_scale: float | None = None,
@@ -173,14 +107,6 @@ def flash_attn_varlen_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
     return (out, lse) if return_lse else out
 
 
-def _empty_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    # What the CUDA impls return (csrc/flash_fwd/): out a contiguous tensor like q; lse float32 with
-    # the heads before the tokens: [batch, heads_q, seqlen_q], or [heads_q, total_q] for varlen.
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((*q.shape[:-3], q.shape[-2], q.shape[-3]), dtype=torch.float32, device=q.device)
-    return out, lse
-
-
 def _backward_not_implemented(op: str):
     def backward(ctx, grad_out, grad_lse):
         raise NotImplementedError(
@@ -191,18 +117,6 @@ def _backward_not_implemented(op: str):
 
 
 if schemas_loaded():
-    @torch.library.register_fake("cute_ops::flash_fwd")
-    def _flash_fwd_fake(q, k, v, softmax_scale=None, causal=False):
-        _check_args("flash_fwd", q, k, v, softmax_scale, causal)
-        return _empty_outputs(q)
-
-    @torch.library.register_fake("cute_ops::flash_fwd_varlen")
-    def _flash_fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               softmax_scale=None, causal=False):
-        _check_varlen_args("flash_fwd_varlen", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                           softmax_scale, causal)
-        return _empty_outputs(q)
-
     # Until the backward kernels exist, a graph that reaches these ops must fail at backward time
     # rather than treat them as constants and return missing grads. Nothing is saved for backward.
     torch.library.register_autograd("cute_ops::flash_fwd", _backward_not_implemented("flash_fwd"))

@@ -50,6 +50,16 @@ def _no_device_errors(request):
 CHECK_DEVICES = ["meta", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
+def on_device(x, dev: str):
+    """A meta tensor of a table of inputs as a tensor on `dev` with the same shape, strides,
+    storage offset and dtype (uninitialised: only the checks look at it); anything else as is."""
+    if not isinstance(x, torch.Tensor) or x.device.type != "meta" or dev == "meta":
+        return x
+    extent = x.storage_offset() + sum((n - 1) * st for n, st in zip(x.shape, x.stride()) if n > 0) + 1
+    base = torch.empty(extent if x.numel() else 0, dtype=x.dtype, device=dev)
+    return base.as_strided(x.shape, x.stride(), x.storage_offset() if x.numel() else 0)
+
+
 def poison_allocator(*nbytes: int, device: str = "cuda") -> None:
     """Fill one block of the caching allocator per size with NaN and free them, so that an op's
     outputs that are allocated next, of up to these sizes, start as NaN: every element the op fails

@@ -15,7 +15,7 @@ from torch._subclasses import FakeTensorMode
 
 import cute_ops
 from cute_ops import reference as ref
-from conftest import assert_close_to_reference, capture_graph, poison_allocator
+from conftest import CHECK_DEVICES, assert_close_to_reference, capture_graph, on_device, poison_allocator
 
 DTYPES = [torch.float16, torch.bfloat16]
 # out: at most K_OUT times PyTorch's own error on the same attention in the working dtype (scores,
@@ -132,11 +132,12 @@ def _args(**over):
     (dict(num_splits=129), "num_splits must be"),
     (dict(softmax_scale=float("inf")), "softmax_scale must be a finite float"),
 ])
-def test_input_checks(over, match):
-    a = _args(**over)
+@pytest.mark.parametrize("dev", CHECK_DEVICES)
+def test_input_checks(over, match, dev):
+    a = {name: on_device(t, dev) for name, t in _args(**over).items()}
     with pytest.raises((ValueError, TypeError), match=match):
         cute_ops.flash_decode(**a)
-    with pytest.raises((ValueError, TypeError), match=match):  # the fake impl checks the same
+    with pytest.raises((ValueError, TypeError), match=match):  # the op itself, as torch.compile calls it
         torch.ops.cute_ops.flash_decode(**a)
 
 

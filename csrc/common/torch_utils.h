@@ -54,41 +54,6 @@ inline int64_t collapsed_row_stride(const at::Tensor& t, int64_t inner_dims) {
   return t.stride(lead - 1);
 }
 
-// An fp16/bf16 operand of the attention kernels, which copy 16-byte vectors from every row and
-// head: on q's device with q's dtype, `dims` dims, last dim contiguous, other strides multiples of
-// 8 elements, data 16-byte aligned.
-inline void check_attention_tensor(const at::Tensor& t, const at::Tensor& q, const char* op, const char* name,
-                                   int64_t dims) {
-  constexpr int64_t kAlignElems = 8;
-  check_half_operand(t, q, op, name, "q");
-  TORCH_CHECK(t.dim() == dims, op, ": ", name, " must have ", dims, " dims, got shape ", t.sizes());
-  TORCH_CHECK(t.stride(-1) == 1, op, ": ", name, "'s last dim must be contiguous, got strides ", t.strides());
-  for (int64_t i = 0; i + 1 < dims; ++i) {
-    TORCH_CHECK(t.stride(i) % kAlignElems == 0, op, ": ", name, "'s strides must be multiples of ", kAlignElems,
-                " elements (16 bytes), got ", t.strides());
-  }
-  check_aligned(t, 16, op, name);
-}
-
-// The softmax scale as the attention kernels take it. Their online softmax subtracts the max of
-// the raw scores, which is the max of the scaled ones only for a positive scale: a negative scale
-// is applied as |scale| to -q (negate_q), and 0 as 1e-30 in the log2 domain, far below any score's
-// resolution, so that masked -inf scores still give exp2(-inf) = 0 rather than NaN.
-struct AttentionScale {
-  float scale;       // |scale|
-  float scale_log2;  // |scale| * log2(e), at least 1e-30
-  bool negate_q;
-};
-
-inline AttentionScale attention_scale(const char* op, std::optional<double> softmax_scale, int64_t head_dim) {
-  TORCH_CHECK(!softmax_scale || std::isfinite(*softmax_scale), op, ": softmax_scale must be finite, got ",
-              *softmax_scale);
-  const double scale = softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim)));
-  return {static_cast<float>(std::abs(scale)),
-          std::max(static_cast<float>(std::abs(scale) * 1.4426950408889634), 1e-30f),  // log2(e)
-          scale < 0};
-}
-
 inline cudaStream_t current_stream(const at::Tensor& t) {
   return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
 }

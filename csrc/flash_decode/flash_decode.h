@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/device_errors.h"
+#include "flash_decode/flash_decode_limits.h"
 
 namespace cute_ops {
 
@@ -77,7 +78,6 @@ bool flash_decode_supports_head_dim(int d);
 inline int flash_decode_rows(const FlashDecodeParams& p) { return p.sq * (p.h / p.h_k); }
 constexpr int kDecodeBlockM = 16;
 constexpr int kDecodeBlockN = 64;     // keys a CTA stages at a time (4 warps x 16)
-constexpr int kDecodeMaxSplits = 128;  // caps the float32 partials: num_splits x rows x head dim
 
 // The split count for num_splits = 0: about one CTA an SM for a contiguous cache (one CTA's ring
 // keeps enough bytes in flight, and every further split only adds partial outputs to merge), two

@@ -9,25 +9,18 @@
 #include <cmath>
 #include <optional>
 
+#include "common/attention_checks.h"
 #include "common/device_errors.h"
 #include "common/device_info.h"
 #include "common/torch_utils.h"
 #include "flash_decode/flash_decode.h"
+#include "flash_decode/flash_decode_checks.h"
 
 namespace cute_ops {
 
 namespace {
 
 constexpr const char* kOp = "flash_decode";
-constexpr int kMaxNewTokens = 16;
-
-void check_int32(const at::Tensor& t, const at::Tensor& q, const char* name, int64_t dims) {
-  check_cuda_tensor(t, kOp, name);
-  check_same_device(q, t, kOp, name);
-  TORCH_CHECK(t.scalar_type() == at::kInt && t.dim() == dims, kOp, ": ", name, " must be an int32 tensor with ", dims,
-              " dims, got ", t.scalar_type(), " ", t.sizes());
-}
-
 std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor& k_cache, at::Tensor& v_cache,
                                                 const at::Tensor& cache_seqlens,
                                                 const std::optional<at::Tensor>& k_new,
@@ -37,28 +30,9 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
                                                 const std::optional<at::Tensor>& rotary_sin,
                                                 std::optional<double> softmax_scale, bool causal,
                                                 int64_t num_splits) {
-  check_attention_tensor(q, q, kOp, "q", 4);
-  check_attention_tensor(k_cache, q, kOp, "k_cache", 4);
-  check_attention_tensor(v_cache, q, kOp, "v_cache", 4);
-  TORCH_CHECK(k_cache.sizes() == v_cache.sizes(), kOp, ": k_cache and v_cache must have the same shape, got ",
-              k_cache.sizes(), " and ", v_cache.sizes());
+  check_flash_decode(q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, rotary_cos, rotary_sin,
+                     softmax_scale, num_splits);  // flash_decode_checks.cpp
   const int64_t b = q.size(0), sq = q.size(1), h = q.size(2), d = q.size(3), hk = k_cache.size(2);
-  TORCH_CHECK(flash_decode_supports_head_dim(static_cast<int>(d)), kOp, ": head dim must be 64 or 128, got ", d);
-  TORCH_CHECK(k_cache.size(3) == d, kOp, ": the cache's head dim is ", k_cache.size(3), ", q's is ", d);
-  TORCH_CHECK(sq >= 1 && sq <= kMaxNewTokens, kOp, ": q must hold 1 to ", kMaxNewTokens, " tokens a sequence, got ", sq);
-  TORCH_CHECK(hk > 0 && h % hk == 0 && h / hk <= 16, kOp, ": q's head count (", h,
-              ") must be a multiple of the cache's (", hk, "), at most 16 times it");
-  check_int32(cache_seqlens, q, "cache_seqlens", 1);
-  TORCH_CHECK(cache_seqlens.size(0) == b && cache_seqlens.is_contiguous(), kOp,
-              ": cache_seqlens must be contiguous with one length per sequence (", b, "), got shape ",
-              cache_seqlens.sizes());
-  TORCH_CHECK(k_new.has_value() == v_new.has_value(), kOp, ": k_new and v_new go together");
-  TORCH_CHECK(rotary_cos.has_value() == rotary_sin.has_value(), kOp, ": rotary_cos and rotary_sin go together");
-  TORCH_CHECK(!rotary_cos.has_value() || k_new.has_value(), kOp,
-              ": rotary_cos/rotary_sin rotate the new tokens, so they need k_new and v_new");
-  TORCH_CHECK(num_splits >= 0 && num_splits <= kDecodeMaxSplits, kOp, ": num_splits must be 0 (automatic) to ",
-              kDecodeMaxSplits, ", got ", num_splits);
-
   const c10::cuda::CUDAGuard guard(q.device());
   FlashDecodeParams p{};
   p.b = static_cast<int>(b), p.sq = static_cast<int>(sq), p.h = static_cast<int>(h), p.h_k = static_cast<int>(hk);
@@ -70,15 +44,7 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
 
   int max_seqlen;  // the most keys a sequence can have: the heuristic's bound
   if (block_table) {
-    check_int32(*block_table, q, "block_table", 2);
-    TORCH_CHECK(block_table->size(0) == b && block_table->stride(1) == 1, kOp,
-                ": block_table must be [batch (", b, "), max_pages] with contiguous rows, got shape ",
-                block_table->sizes(), " strides ", block_table->strides());
     const int64_t page_size = k_cache.size(1);
-    TORCH_CHECK(k_cache.size(0) > 0, kOp, ": a paged cache needs at least one page, got ", k_cache.sizes());
-    TORCH_CHECK(page_size > 0 && page_size % 16 == 0, kOp,
-                ": a paged cache is [num_pages, page_size, heads_kv, head_dim] with page_size a multiple of 16, got ",
-                k_cache.sizes());
     p.block_table = block_table->data_ptr<int>();
     p.block_table_stride = block_table->stride(0);
     p.max_pages = static_cast<int>(block_table->size(1));
@@ -86,8 +52,6 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
     p.num_pages = static_cast<int>(k_cache.size(0));
     max_seqlen = static_cast<int>(std::min<int64_t>(page_size * block_table->size(1), INT32_MAX));
   } else {
-    TORCH_CHECK(k_cache.size(0) == b, kOp, ": a contiguous cache is [batch (", b,
-                "), capacity, heads_kv, head_dim], got ", k_cache.sizes(), " (a paged cache needs block_table)");
     p.max_pages = 1;
     p.page_size = static_cast<int>(k_cache.size(1));
     p.num_pages = static_cast<int>(b);
@@ -103,12 +67,6 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
   p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
   at::Tensor q_rotated;
   if (k_new) {
-    for (auto [t, name] : {std::pair{&*k_new, "k_new"}, {&*v_new, "v_new"}}) {
-      check_attention_tensor(*t, q, kOp, name, 4);
-      TORCH_CHECK(t->size(0) == b && t->size(1) == sq && t->size(2) == hk && t->size(3) == d, kOp, ": ", name,
-                  " must be [batch, new tokens, heads_kv, head_dim] = [", b, ", ", sq, ", ", hk, ", ", d, "], got ",
-                  t->sizes());
-    }
     p.seqlen_new = static_cast<int>(sq);
     p.k_new = k_new->data_ptr(), p.v_new = v_new->data_ptr();
     p.knew_batch_stride = k_new->stride(0), p.knew_row_stride = k_new->stride(1), p.knew_head_stride = k_new->stride(2);
@@ -117,19 +75,6 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
   if (rotary_cos) {
     const at::Tensor& cos = *rotary_cos;
     const at::Tensor& sin = *rotary_sin;
-    for (auto [t, name] : {std::pair{&cos, "rotary_cos"}, {&sin, "rotary_sin"}}) {
-      check_cuda_tensor(*t, kOp, name);
-      check_same_device(q, *t, kOp, name);
-      TORCH_CHECK(t->scalar_type() == at::kFloat || t->scalar_type() == q.scalar_type(), kOp, ": ", name,
-                  " must be float32 or q's dtype, got ", t->scalar_type());
-      TORCH_CHECK(t->dim() == 2 && t->stride(1) == 1, kOp, ": ", name,
-                  " must be [positions, rotary_dim / 2] with contiguous rows, got shape ", t->sizes());
-    }
-    TORCH_CHECK(cos.sizes() == sin.sizes() && cos.strides() == sin.strides() &&
-                    cos.scalar_type() == sin.scalar_type(),
-                kOp, ": rotary_cos and rotary_sin must match in shape, strides and dtype");
-    TORCH_CHECK(cos.size(1) >= 1 && 2 * cos.size(1) <= d, kOp, ": rotary_dim = 2 x rotary_cos.size(1) = ",
-                2 * cos.size(1), " must be between 2 and the head dim ", d);
     p.rotary_cos = cos.data_ptr(), p.rotary_sin = sin.data_ptr();
     p.rotary_stride = cos.stride(0);
     p.rotary_dim = static_cast<int>(2 * cos.size(1));

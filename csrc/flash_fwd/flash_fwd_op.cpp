@@ -1,23 +1,15 @@
-// Torch glue for flash_fwd and flash_fwd_varlen: checks, output allocation, launch, registration.
+// Torch glue for flash_fwd and flash_fwd_varlen: output allocation, launch, registration. The
+// input rules are in flash_fwd_checks.cpp, shared with the Meta impls.
 #include <c10/cuda/CUDAGuard.h>
 
+#include "common/attention_checks.h"
 #include "common/torch_utils.h"
 #include "flash_fwd/flash_fwd.h"
+#include "flash_fwd/flash_fwd_checks.h"
 
 namespace cute_ops {
 
 namespace {
-
-void check_qkv(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t dims) {
-  for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) check_attention_tensor(*t, q, op, name, dims);
-  const int64_t d = q.size(-1);
-  TORCH_CHECK(flash_fwd_supports_head_dim(static_cast<int>(d)), op, ": head dim must be 64, 96, 128 or 256, got ", d);
-  TORCH_CHECK(k.size(-1) == d && v.size(-1) == d, op, ": q, k and v must share the head dim, got ", d, ", ",
-              k.size(-1), ", ", v.size(-1));
-  TORCH_CHECK(k.sizes() == v.sizes(), op, ": k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
-  const int64_t hq = q.size(-2), hk = k.size(-2);
-  TORCH_CHECK(hq > 0 && hk > 0 && hq % hk == 0, op, ": q's head count (", hq, ") must be a multiple of k's (", hk, ")");
-}
 
 FlashFwdParams make_params(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& out, const at::Tensor& lse, std::optional<double> softmax_scale,
@@ -45,10 +37,8 @@ FlashFwdParams make_params(const char* op, const at::Tensor& q, const at::Tensor
 std::tuple<at::Tensor, at::Tensor> flash_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                              std::optional<double> softmax_scale, bool causal) {
   constexpr const char* kOp = "flash_fwd";
-  check_qkv(kOp, q, k, v, 4);
+  check_flash_fwd(q, k, v, softmax_scale);  // flash_fwd_checks.cpp
   const int64_t b = q.size(0), sq = q.size(1), sk = k.size(1);
-  TORCH_CHECK(k.size(0) == b, kOp, ": q has batch ", b, ", k has ", k.size(0));
-  TORCH_CHECK(sk > 0, kOp, ": seqlen_k must be at least 1, got 0");
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({b, q.size(2), sq}, q.options().dtype(at::kFloat));
@@ -69,18 +59,7 @@ std::tuple<at::Tensor, at::Tensor> flash_fwd_varlen(const at::Tensor& q, const a
                                                     int64_t max_seqlen_q, int64_t max_seqlen_k,
                                                     std::optional<double> softmax_scale, bool causal) {
   constexpr const char* kOp = "flash_fwd_varlen";
-  check_qkv(kOp, q, k, v, 3);
-  for (auto [t, name] : {std::pair{&cu_seqlens_q, "cu_seqlens_q"}, {&cu_seqlens_k, "cu_seqlens_k"}}) {
-    check_cuda_tensor(*t, kOp, name);
-    check_same_device(q, *t, kOp, name);
-    TORCH_CHECK(t->scalar_type() == at::kInt && t->dim() == 1 && t->is_contiguous() && t->numel() >= 2, kOp, ": ",
-                name, " must be a contiguous int32 [batch + 1] tensor, got ", t->scalar_type(), " ", t->sizes());
-  }
-  TORCH_CHECK(cu_seqlens_q.numel() == cu_seqlens_k.numel(), kOp, ": cu_seqlens_q and cu_seqlens_k differ in length");
-  TORCH_CHECK(max_seqlen_q >= 1 && max_seqlen_k >= 1, kOp, ": max_seqlen_q and max_seqlen_k must be at least 1");
-  TORCH_CHECK(q.size(0) <= INT32_MAX && k.size(0) <= INT32_MAX && max_seqlen_q <= INT32_MAX &&
-                  max_seqlen_k <= INT32_MAX,
-              kOp, ": row counts and max_seqlen must fit in 32 bits (cu_seqlens is int32)");
+  check_flash_fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale);
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat));
