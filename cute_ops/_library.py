@@ -88,8 +88,9 @@ def require_kernels(op: str) -> None:
 
 
 def require_kernels_for(op: str, t) -> None:
-    """require_kernels(op) when `t` is a tensor that would run the CUDA kernel: not for meta
-    tensors, which the op's C++ Meta impl handles in every build, nor for non-tensors and tensors
-    on other devices, for which the op itself raises a message naming the argument."""
-    if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+    """Before a wrapper calls torch.ops.cute_ops.<op>: the extension must be there (it holds the
+    op, its input rules and its Meta impl), and when `t` is a CUDA tensor, the op's CUDA kernels
+    too. Meta tensors need only the extension; tensors on other devices reach the op, which names
+    the argument that is on the wrong device."""
+    if not schemas_loaded() or (isinstance(t, torch.Tensor) and t.device.type == "cuda"):
         require_kernels(op)
