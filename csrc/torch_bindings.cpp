@@ -1,6 +1,7 @@
 // Every op's schema, in one place. Each op family registers its CUDA implementation next to its
-// launcher (csrc/<family>/*_op.cpp), so a build of a subset of families, or a CPU-only build
-// (schemas and fake impls only), needs no conditional code here.
+// launcher (csrc/<family>/*_op.cpp) and its Meta impl next to its input rules
+// (csrc/<family>/<family>_checks.cpp, in every build), so a build of a subset of families, or a
+// CPU-only build (schemas, checks and Meta impls), needs no conditional code here.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 

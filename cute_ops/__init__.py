@@ -1,7 +1,8 @@
 """cute_ops: CUTLASS/CuTe kernels for LLM inference, as PyTorch custom ops (`torch.ops.cute_ops.*`).
 
-Each op family lives in its own module (wrapper, checks and fake impl together) and its kernels in
-csrc/<family>/; every op schema is declared in csrc/torch_bindings.cpp.
+Each op family has a Python module (the documented wrapper) and a folder csrc/<family>/ (its
+kernels, its input rules and Meta impl in <family>_checks.cpp, its CUDA impl); every op schema is
+declared in csrc/torch_bindings.cpp.
 """
 from ._library import cuda_kernels_available, schemas_loaded
 from .decode import flash_decode

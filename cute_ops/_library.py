@@ -61,20 +61,13 @@ def supported_configs() -> dict:
 
 def supported(family: str, axis: str) -> tuple:
     """The values of `axis` that `family` has kernels for on some architecture: what its op accepts
-    (torch dtypes for "dtype"). Without the extension the sets are unknown and this is (): a wrapper
-    calls require_supported_configs first, so that it says the extension is missing rather than
-    that no value is allowed."""
+    (torch dtypes for "dtype"). Without the extension the sets are unknown and this is (); the
+    ops' input rules, which use the sets, are in the extension too
+    (csrc/<family>/<family>_checks.cpp)."""
     if _SUPPORTED_UNKNOWN is not None:
         return ()
     values = _SUPPORTED[family][axis]  # a KeyError here is a name that the C++ side does not know
     return tuple(getattr(torch, name) for name in values) if axis == "dtype" else tuple(values)
-
-
-def require_supported_configs(op: str) -> None:
-    """Raise a RuntimeError saying why the supported sets are unknown (no extension, or one built
-    before they were exported), before an input check would compare against an empty set."""
-    if _SUPPORTED_UNKNOWN is not None:
-        raise RuntimeError(f"cute_ops.{op}: cannot check the inputs: {_SUPPORTED_UNKNOWN}")
 
 
 def require_kernels(op: str) -> None:

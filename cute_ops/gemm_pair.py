@@ -5,67 +5,19 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks
-from ._library import require_kernels, require_supported_configs, schemas_loaded, supported
+from ._library import require_kernels_for, supported
 from .gemm_pair_schedule import GRANULARITIES, POLICIES
 
 # What the kernels exist for, as the extension reports it (csrc/generate_instantiations.py writes
-# the sets with the instantiations); () without the extension, whose absence _check_args reports.
+# the sets with the instantiations); () without the extension. The op's input rules are C++
+# (csrc/gemm_pair/gemm_pair_checks.cpp), run by its CUDA and Meta impls alike.
 DTYPES = supported("gemm_pair", "dtype")
 BLOCK_MS = supported("gemm_pair", "block_m")
 ACTIVATIONS = ("swiglu", "gelu", "none")
 # pack_gate_up interleaves gate and up rows in blocks of this many: one GEMM0 tile (128 rows of
-# b0) holds 64 gate rows and the 64 matching up rows, so its epilogue writes silu(gate) * up.
+# b0, kGemmPairBlockN in csrc/gemm_pair/tile_order.h) holds 64 gate rows and the 64 matching up
+# rows, so its epilogue writes silu(gate) * up.
 GATE_BLOCK = 64
-
-
-def _check_args(op, a, b0, b1, activation, policy, granularity, split_k0, split_k1, block_m, lag) -> None:
-    require_supported_configs(op)
-    _checks.check_tensor(op, "a", a, dtypes=DTYPES, ndim=2)
-    for name, t in (("b0", b0), ("b1", b1)):
-        _checks.check_tensor(op, name, t, dtypes=DTYPES, ndim=2)
-        _checks.check_same_device(op, "a", a, **{name: t})
-        _checks.check_same_dtype(op, "a", a, **{name: t})
-        if not t.is_contiguous():
-            raise ValueError(f"{op}: {name} must be contiguous (nn.Linear weight layout), got strides {t.stride()}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"{op}: activation must be one of {ACTIVATIONS}, got {activation!r}")
-    if policy not in POLICIES:
-        raise ValueError(f"{op}: policy must be one of {POLICIES}, got {policy!r}")
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"{op}: granularity must be one of {GRANULARITIES}, got {granularity!r}")
-    if policy == "overlap" and granularity != "tile":
-        raise ValueError(f"{op}: the 'overlap' policy needs granularity 'tile' (a split starts before the rest of "
-                         f"its row block is ordered)")
-    m, k = a.shape
-    n0, n1 = b0.shape[0], b1.shape[0]
-    gated = activation == "swiglu"
-    h_width = n0 // 2 if gated else n0
-    if b0.shape[1] != k:
-        raise ValueError(f"{op}: b0 must be [n0, k] with a's k ({k}), got {tuple(b0.shape)}")
-    if k < 1 or k % 8:
-        raise ValueError(f"{op}: k (a's last dim) must be a positive multiple of 8 (16-byte vectors), got {k}")
-    if (a.shape[1] > 1 and a.stride(1) != 1) or (a.shape[0] > 1 and a.stride(0) % 8):
-        raise ValueError(f"{op}: a must have a contiguous last dim and a row stride that is a multiple of 8, got "
-                         f"strides {a.stride()}")
-    step = 16 if gated else 8
-    if n0 < 1 or n0 % step:
-        raise ValueError(f"{op}: b0's rows must be a positive multiple of {step}"
-                         f"{' (swiglu: gate and up halves, each a multiple of 8)' if gated else ''}, got {n0}")
-    if tuple(b1.shape[1:]) != (h_width,):
-        raise ValueError(f"{op}: b1 must be [n1, {h_width}] (the width of act(a @ b0.T)), got {tuple(b1.shape)}")
-    if n1 < 1 or n1 % 8:
-        raise ValueError(f"{op}: b1's rows (n1) must be a positive multiple of 8, got {n1}")
-    if split_k0 is not None and (split_k0 < 0 or split_k0 % 8):
-        raise ValueError(f"{op}: split_k0 must be None (automatic), 0 (no split) or a multiple of 8, got {split_k0}")
-    per_tile = GATE_BLOCK if gated else 2 * GATE_BLOCK
-    if split_k1 is not None and (split_k1 < 0 or split_k1 % per_tile):
-        raise ValueError(f"{op}: split_k1 must be None (automatic), 0 (no split) or a multiple of {per_tile} (the h "
-                         f"columns a GEMM0 tile makes), got {split_k1}")
-    if block_m is not None and block_m not in BLOCK_MS:
-        raise ValueError(f"{op}: block_m must be None (automatic) or one of {BLOCK_MS}, got {block_m}")
-    if lag is not None and lag < 0:
-        raise ValueError(f"{op}: lag must be None (automatic) or >= 0, got {lag}")
 
 
 def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: str = "swiglu",
@@ -110,10 +62,11 @@ def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: s
     during CUDA graph capture (it then waits on the host for that small copy only) or on one thread
     while another captures.
     """
+    if a.dim() < 1:
+        raise ValueError("gemm_pair: a must be [..., k], got a 0-dim tensor")
     lead = a.shape[:-1]
     a2 = a.reshape(-1, a.shape[-1]) if a.dim() != 2 else a
-    _check_args("gemm_pair", a2, b0, b1, activation, policy, granularity, split_k0, split_k1, block_m, lag)
-    require_kernels("gemm_pair")
+    require_kernels_for("gemm_pair", a2)
     out = torch.ops.cute_ops.gemm_pair(a2, b0, b1, activation, policy, granularity,
                                        -1 if split_k0 is None else split_k0,
                                        -1 if split_k1 is None else split_k1, block_m or 0,
@@ -163,19 +116,3 @@ def fused_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, po
     """
     return gemm_pair(x, w_gate_up, w_down, "swiglu", policy, granularity, split_k0=split_k0, split_k1=split_k1)
 
-
-if schemas_loaded():
-    @torch.library.register_fake("cute_ops::gemm_pair")
-    def _gemm_pair_fake(a, b0, b1, activation="swiglu", policy="sequential", granularity="tile", split_k0=-1,
-                        split_k1=-1, block_m=0, lag=-1, separate_launches=False):
-        _check_args("gemm_pair", a, b0, b1, activation, policy, granularity, None if split_k0 < 0 else split_k0,
-                    None if split_k1 < 0 else split_k1, block_m or None, None if lag < 0 else lag)
-        return a.new_empty((a.shape[0], b1.shape[0]))
-
-# Test support (csrc/gemm_pair/hold_sms.h): CTAs that each hold an SM until released, so that tests
-# can run gemm_pair through a few co-resident CTAs on any GPU. It returns nothing. (Guarded by
-# hasattr: an extension built before the op existed must not break `import cute_ops`.)
-if schemas_loaded() and hasattr(torch.ops.cute_ops, "_hold_sms"):
-    @torch.library.register_fake("cute_ops::_hold_sms")
-    def _hold_sms_fake(control, num_ctas):
-        return None

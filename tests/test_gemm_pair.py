@@ -17,7 +17,7 @@ import torch
 import cute_ops
 from cute_ops import reference as ref
 from cute_ops.gemm_pair_schedule import PairShape, Tiling, make_schedule
-from conftest import assert_close_to_reference, capture_graph, poison_allocator
+from conftest import CHECK_DEVICES, assert_close_to_reference, capture_graph, on_device, poison_allocator
 
 DTYPES = [torch.float16, torch.bfloat16]
 M_SIZES = [1, 7, 16, 64, 128, 1000, 4096]
@@ -105,6 +105,8 @@ def _args(a=None, b0=None, b1=None, **kw):
             _meta(24, 128) if b1 is None else b1, kw)
 
 
+@pytest.mark.skipif(not cute_ops.schemas_loaded(), reason="cute_ops._C not built")
+@pytest.mark.parametrize("dev", CHECK_DEVICES)
 @pytest.mark.parametrize("make, match, exc", [
     (lambda: _args(a=torch.empty(3, 64, dtype=torch.bfloat16)), "a must be a CUDA tensor", ValueError),
     (lambda: _args(a=_meta(3, 64, dtype=torch.float32)), r"a must have dtype in \(float16, bfloat16\)", TypeError),
@@ -115,22 +117,51 @@ def _args(a=None, b0=None, b1=None, **kw):
     (lambda: _args(b1=_meta(24, 256)), r"b1 must be \[n1, 128\]", ValueError),
     (lambda: _args(b1=_meta(20, 128)), r"n1\) must be a positive multiple of 8", ValueError),
     (lambda: _args(b0=_meta(64, 256).T), "b0 must be contiguous", ValueError),
+    (lambda: _args(b1=_meta(24, 128, 2)[..., 0]), "b1 must be contiguous", ValueError),
+    (lambda: _args(b1=_meta(24)), "b1 must have 2 dims", ValueError),
+    (lambda: _args(a=_meta(3, 68)[:, :64]),
+     "row stride that is a multiple of 8", ValueError),
     (lambda: _args(activation="relu"), "activation must be one of", ValueError),
     (lambda: _args(policy="random"), "policy must be one of", ValueError),
+    (lambda: _args(granularity="column"), "granularity must be one of", ValueError),
     (lambda: _args(policy="overlap", granularity="row"), "'overlap' policy needs granularity 'tile'", ValueError),
-    (lambda: _args(split_k1=96), "split_k1 must be None", ValueError),
-    (lambda: _args(split_k0=100), "split_k0 must be None", ValueError),
-    (lambda: _args(block_m=32), "block_m must be None", ValueError),
+    (lambda: _args(split_k1=96), r"split_k1 must be -1 \(None: automatic\), 0 \(no split\) or a multiple of 64",
+     ValueError),
+    (lambda: _args(split_k0=100), "split_k0 must be -1", ValueError),
+    (lambda: _args(block_m=32), r"block_m must be 0 \(None: automatic\) or one of \(16, 64, 128\)", ValueError),
+    (lambda: _args(lag=-2), "lag must be -1", ValueError),
     (lambda: _args(a=_meta(3, 128)[:, :64]), None, None),  # a strided view with aligned rows is fine
+    (lambda: _args(a=_meta(0, 64)), None, None),  # no rows: an empty output
 ])
-def test_input_checks(make, match, exc):
+def test_input_checks(make, match, exc, dev):
     a, b0, b1, kw = make()
+    a, b0, b1 = (on_device(t, dev) for t in (a, b0, b1))
     if exc is None:
-        if cute_ops.schemas_loaded():
-            assert torch.ops.cute_ops.gemm_pair(a, b0, b1).shape == (3, 24)
+        assert cute_ops.gemm_pair(a, b0, b1, **kw).shape == (a.shape[0], 24)
         return
     with pytest.raises(exc, match=match):
         cute_ops.gemm_pair(a, b0, b1, **kw)
+
+
+@pytest.mark.skipif(not cute_ops.schemas_loaded(), reason="cute_ops._C not built")
+def test_sizes_past_32_bit_indexing_are_rejected():
+    # Meta tensors only: the CUDA impl runs the same check before allocating anything.
+    a, b0, b1 = _meta((1 << 30) + 8, 64), _meta(256, 64), _meta(24, 128)
+    with pytest.raises(ValueError, match=r"at most 2\^30"):
+        torch.ops.cute_ops.gemm_pair(a, b0, b1)
+
+
+@pytest.mark.skipif(not cute_ops.schemas_loaded(), reason="cute_ops._C not built")
+@pytest.mark.parametrize("dev", CHECK_DEVICES)
+@pytest.mark.parametrize("control, num_ctas, match", [
+    (_meta(2, dtype=torch.int64), 1, "contiguous int32 tensor of at least 2"),
+    (_meta(1, dtype=torch.int32), 1, "contiguous int32 tensor of at least 2"),
+    (_meta(4, dtype=torch.int32)[::2], 1, "contiguous int32 tensor of at least 2"),
+    (_meta(2, dtype=torch.int32), 0, r"num_ctas must be in \[1, "),
+])
+def test_hold_sms_input_checks(control, num_ctas, match, dev):
+    with pytest.raises(ValueError, match=match):
+        torch.ops.cute_ops._hold_sms(on_device(control, dev), num_ctas)
 
 
 @pytest.mark.skipif(not cute_ops.schemas_loaded(), reason="cute_ops._C not built")
@@ -353,10 +384,8 @@ def test_few_co_resident_ctas(policy, granularity, split_k0):
 def test_hold_sms_checks_its_arguments():
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     control = torch.zeros(2, dtype=torch.int32, device="cuda")
-    with pytest.raises(RuntimeError, match="num_ctas must be in"):
+    with pytest.raises(ValueError, match=rf"num_ctas must be in \[1, {sms}\]"):
         torch.ops.cute_ops._hold_sms(control, sms + 1)
-    with pytest.raises(RuntimeError, match="contiguous int32 tensor of at least 2"):
-        torch.ops.cute_ops._hold_sms(control[:1], 1)
 
 
 # ---------------------------------------------------------------- GPU: graphs, streams, first calls

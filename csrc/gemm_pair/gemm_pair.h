@@ -1,39 +1,52 @@
 #pragma once
 // gemm_pair: the torch-free interface between the op glue (gemm_pair_op.cpp) and the kernel
-// translation units (one per tile config and dtype under instantiations/).
+// translation units (one per tile config and dtype under instantiations/). make_params
+// (params.h) fills GemmPairParams for a call; the op and perf/tools/gemm_pair_timeline.cu both
+// use it.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "gemm_pair/tile_order.h"
+
 namespace cute_ops {
 
+// The fields of the two GEMMs have the same names, suffixed 0 for GEMM0 (act(a b0^T) -> h) and 1
+// for GEMM1 (h b1^T -> out). A GEMM split along K writes one float32 partial per split; the split
+// that arrives last at its tile's counter sums them (epilogue.h).
+//
+// The members keep the byte offsets the kernels were tuned with. The compiler's code for the
+// kernels depends on them (which fields it loads as pairs): one struct per GEMM (gemm[0],
+// gemm[1]) changed every kernel's SASS and took block_m 64 with GEMM0's K-split from 85 to 106
+// registers, and even an array of two per field changed the code. Compare the kernels' SASS
+// (cuobjdump -sass) before and after moving or adding fields.
 struct GemmPairParams {
-  const void* a;   // [m, k], row stride lda
-  const void* b0;  // [n0, k] contiguous (gated: gate and up rows interleaved by pack_gate_up)
-  const void* b1;  // [n1, h_width] contiguous
-  void* h;         // [m, h_width] contiguous: GEMM0's output, GEMM1's input
-  void* out;       // [m, n1] contiguous
-  float* partials0; // [splits0, m, n0] when GEMM0 is split along K, else nullptr
-  float* partials; // [splits, m, n1] when GEMM1 is split along K, else nullptr
+  const void* a;      // [m, k], row stride lda
+  const void* b0;     // [n0, k] contiguous (gated: gate and up rows interleaved by pack_gate_up)
+  const void* b1;     // [n1, h_width] contiguous
+  void* h;            // [m, h_width] contiguous: GEMM0's output, GEMM1's input
+  void* out;          // [m, n1] contiguous
+  float* partials0;   // [splits0, m, n0] float32 when GEMM0 is split along K, else nullptr
+  float* partials1;   // [splits1, m, n1] float32 when GEMM1 is split along K, else nullptr
   const int4* order;  // [num_tiles] (gemm, m block, n tile, K-split), by ticket
-  int* ticket;        // zeroed before the launch, like the counters below
-  int* ready;         // [m_blocks * (tile_sync ? splits : 1)] GEMM0 tiles finished, per dependency
-  int* arrived0;      // [m_blocks * n0_tiles] GEMM0 splits finished, per tile (split only)
-  int* arrived;       // [m_blocks * n1_tiles] GEMM1 splits finished, per output tile (split only)
+  int* ticket;        // zeroed before the launch, like every counter (params.h lays them out)
+  int* ready;         // [m_blocks * (tile_sync ? splits1 : 1)] GEMM0 tiles finished, per dependency
+  int* arrived0;      // [m_blocks * tiles0] GEMM0 splits finished, per tile (split only, else nullptr)
+  int* arrived1;      // [m_blocks * tiles1] GEMM1 splits finished, per tile (split only, else nullptr)
   int64_t lda;
   int m, k, n0, n1, h_width;
-  int num_tiles, n0_tiles, n1_tiles;
-  int splits0, split_k0;  // GEMM0's K-splits and the K columns each reads (split_k0 = k when not split)
-  int splits, split_k1;   // GEMM1's K-splits and the h columns each reads (split_k1 = h_width when not split)
+  int num_tiles;      // the grid: one CTA per ticket
+  int tiles0, tiles1;     // output tiles a row block: of h's columns (GEMM0), of out's (GEMM1)
+  int splits0, split_k0;  // GEMM0's K-splits and the K columns each reads (k when not split)
+  int splits1, split_k1;  // GEMM1's K-splits and the h columns each reads (h_width when not split)
   int activation;  // gemm_pair::Activation
-  bool tile_sync;  // wait per (row block, K-split) rather than per row block
+  bool tile_sync;  // wait per (row block, GEMM1 K-split) rather than per row block
   bool wait;       // false when stream order already guarantees h (the two-launch control)
   bool is_bf16;
 };
 
-// Tile configs, chosen by the op from M: the kernel's block_m and the order table must agree.
-constexpr int kGemmPairBlockN = 128;       // both GEMMs; a gated GEMM0 tile makes 64 h columns
-constexpr int kGemmPairGateBlock = 64;     // pack_gate_up's interleave: 64 gate rows, then 64 up rows
+// Tile configs, chosen by the op from M: the kernel's block_m and the order table must agree. The
+// tile width, kGemmPairBlockN, is in tile_order.h (the CPU build's checks need it too).
 bool gemm_pair_supports_block_m(int block_m);
 
 void run_gemm_pair(const GemmPairParams& params, int block_m, cudaStream_t stream);

@@ -11,6 +11,15 @@
 #include <string>
 #include <vector>
 
+namespace cute_ops {
+
+// Every tile config's width, both GEMMs. A gated GEMM0 tile makes half as many h columns, which
+// is the block of pack_gate_up's interleave (64 gate rows, then the 64 matching up rows), so the
+// packing depends on it.
+constexpr int kGemmPairBlockN = 128;
+
+}  // namespace cute_ops
+
 namespace cute_ops::gemm_pair {
 
 enum class Policy : int { kSequential = 0, kRowInterleaved = 1, kOverlap = 2 };
@@ -44,7 +53,7 @@ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 struct Geometry {
   int64_t m = 0, k = 0, n0 = 0, n1 = 0;
   bool gated = true;
-  int block_m = 64, block_n0 = 128, block_n1 = 128;
+  int block_m = 64, block_n0 = kGemmPairBlockN, block_n1 = kGemmPairBlockN;
   int64_t split_k0 = 0;  // K columns a GEMM0 split reads; 0: not split
   int64_t split_k1 = 0;  // h columns a GEMM1 split reads; 0: not split
 

@@ -1,11 +1,22 @@
 #pragma once
 // Inter-CTA signals of gemm_pair (docs/gemm_pair.md, "Dependencies and their signals"). A
-// producer CTA's stores are published by a barrier, then one thread's release increment: the
-// release is cumulative, so it orders every store the barrier made visible to that thread. A
-// consumer's one thread spins with acquire loads, then a barrier extends the order to the CTA.
+// producer's stores are published by a barrier, then one thread's release increment: the release
+// is cumulative, so it orders every store the barrier made visible to that thread. A consumer's
+// one thread spins with acquire loads, then a barrier extends the order to the other threads.
 // Consumers read the published data with L1-bypassing loads (cp.async.cg, ld.global.cg).
+//
+// The barrier is the caller's: every function here that needs one takes it as an argument, a
+// type with sync() (the barrier over the threads that stored or will load the data) and
+// is_leader() (the one of them that signals or polls). The SM80 kernel passes CtaBarrier, the
+// whole CTA; a warp-specialised kernel passes a named barrier over its consumer warps, so that its
+// producer warp never has to take part.
 
 namespace cute_ops::gemm_pair {
+
+struct CtaBarrier {
+  __device__ static void sync() { __syncthreads(); }
+  __device__ static bool is_leader() { return threadIdx.x == 0; }
+};
 
 __device__ __forceinline__ int load_acquire(const int* p) {
   int v;
@@ -23,24 +34,26 @@ __device__ __forceinline__ int fetch_add_acq_rel(int* p, int v) {
   return old;
 }
 
-// Called by every thread of the CTA after its last store of the data being published.
-__device__ __forceinline__ void signal(int* counter) {
-  __syncthreads();
-  if (threadIdx.x == 0) add_release(counter, 1);
-}
-
 __device__ __forceinline__ int load_relaxed(const int* p) {
   int v;
   asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 
-// Called by every thread: returns once `*counter >= target`, with the producers' stores visible.
-// At decode sizes a few hundred consumer CTAs wait at once, while the producers stream weights:
-// they poll with relaxed loads and a backoff up to ~1 us (keeping the counters' L2 slices
-// quiet), and one acquire load, once the target is reached, orders what follows.
-__device__ __forceinline__ void wait_until(const int* counter, int target) {
-  if (threadIdx.x == 0) {
+// Called by every thread of `barrier` after its last store of the data being published.
+template <typename Barrier>
+__device__ __forceinline__ void signal(int* counter, Barrier barrier) {
+  barrier.sync();
+  if (barrier.is_leader()) add_release(counter, 1);
+}
+
+// Called by every thread of `barrier`: returns once `*counter >= target`, with the producers'
+// stores visible. At decode sizes a few hundred consumer CTAs wait at once, while the producers
+// stream weights: they poll with relaxed loads and a backoff up to ~1 us (keeping the counters'
+// L2 slices quiet), and one acquire load, once the target is reached, orders what follows.
+template <typename Barrier>
+__device__ __forceinline__ void wait_until(const int* counter, int target, Barrier barrier) {
+  if (barrier.is_leader()) {
     unsigned sleep_ns = 64;
     while (load_relaxed(counter) < target) {
       __nanosleep(sleep_ns);
@@ -48,7 +61,7 @@ __device__ __forceinline__ void wait_until(const int* counter, int target) {
     }
     (void)load_acquire(counter);
   }
-  __syncthreads();
+  barrier.sync();
 }
 
 }  // namespace cute_ops::gemm_pair

@@ -10,7 +10,7 @@
 //        perf/tools/gemm_pair_timeline.cu -o build/gemm_pair_timeline
 //   [BLOCK_M=16|64|128] build/gemm_pair_timeline M [SPLIT_K0:SPLIT_K1 ...]
 // SPLIT_K0: K columns a GEMM0 split reads, SPLIT_K1: h columns a GEMM1 split reads; -1 picks as the
-// op does (tile_order.h), 0 does not split. Default: -1:-1.
+// op does (make_params, csrc/gemm_pair/params.h), 0 does not split. Default: -1:-1.
 #define CUTE_OPS_GEMM_PAIR_TRACE
 #include <algorithm>
 #include <cmath>
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gemm_pair/gemm_pair_launch.h"
+#include "gemm_pair/params.h"
 #include "gemm_pair/tile_order.h"
 
 using namespace cute_ops;
@@ -59,7 +60,6 @@ struct Variant {
   std::string name;
   gemm_pair::Policy policy;
   bool separate;
-  int64_t split_k0, split_k1;
 };
 
 static double pct(std::vector<double> v, double q) {
@@ -87,70 +87,57 @@ int main(int argc, char** argv) {
   const int64_t slots = int64_t(prop.multiProcessorCount) * per_sm;
 
   uint16_t *a, *b0, *b1, *h, *out;
-  float* partials;
-  int* counters;
+  int* sink;
   cudaMalloc(&a, size_t(M) * H * 2), cudaMalloc(&b0, size_t(N0) * H * 2), cudaMalloc(&b1, size_t(H) * I * 2);
-  cudaMalloc(&h, size_t(M) * I * 2), cudaMalloc(&out, size_t(M) * H * 2);
-  float* partials0;
-  cudaMalloc(&partials, size_t(64) * M * H * 4), cudaMalloc(&partials0, size_t(16) * M * N0 * 4);
-  cudaMalloc(&counters, 1 << 20);
+  cudaMalloc(&h, size_t(M) * I * 2), cudaMalloc(&out, size_t(M) * H * 2), cudaMalloc(&sink, sizeof(int));
   fill_kernel<<<1024, 256>>>(a, size_t(M) * H, 1), fill_kernel<<<1024, 256>>>(b0, size_t(N0) * H, 2);
   fill_kernel<<<1024, 256>>>(b1, size_t(H) * I, 3);
   const double weight_bytes = 2.0 * (double(N0) * H + double(H) * I);
 
-  // The op's automatic splits (tile_order.h), or the ones asked for.
-  gemm_pair::Geometry g;
-  g.m = M, g.k = H, g.n0 = N0, g.n1 = H, g.gated = true, g.block_m = block_m;
-  auto auto_split0 = [&] { return gemm_pair::auto_split_k0(g, slots, per_sm); };
-  auto auto_split = [&] { return gemm_pair::auto_split_k1(g, slots); };
+  // The op's launch (params.h): splits as asked, -1 picking as the op does, and the same
+  // counters and workspace; each variant gets its own.
+  gemm_pair::Problem problem;
+  problem.m = M, problem.k = H, problem.n0 = N0, problem.n1 = H, problem.lda = H;
+  problem.activation = gemm_pair::Activation::kSwiGLU, problem.tile_sync = true, problem.is_bf16 = true;
+  problem.block_m = block_m, problem.slots = slots, problem.ctas_per_sm = per_sm;
   std::vector<std::pair<int64_t, int64_t>> split_list;
   for (int i = 2; i < argc; ++i) {
     int s0 = -1, s1 = -1;
     sscanf(argv[i], "%d:%d", &s0, &s1);
-    split_list.push_back({s0 < 0 ? auto_split0() : s0, s1 < 0 ? auto_split() : s1});
+    split_list.push_back({s0, s1});
   }
-  if (split_list.empty()) split_list.push_back({auto_split0(), auto_split()});
+  if (split_list.empty()) split_list.push_back({-1, -1});
 
   std::vector<Variant> variants;
+  std::map<std::string, gemm_pair::Plan> plans;
   for (auto [s0, s1] : split_list) {
-    const std::string tag = "_" + std::to_string(s0) + "_" + std::to_string(s1);
-    variants.push_back({"fused" + tag, gemm_pair::Policy::kSequential, false, s0, s1});
-    variants.push_back({"two_launches" + tag, gemm_pair::Policy::kSequential, true, s0, s1});
-  }
-  std::map<std::string, int*> tables;
-  std::map<std::string, GemmPairParams> params;
-  std::map<std::string, gemm_pair::Geometry> geoms;
-  for (const Variant& v : variants) {
-    g.split_k0 = v.split_k0, g.split_k1 = v.split_k1;
-    const auto order = gemm_pair::build_order(g, v.policy, true, slots);
-    int* t;
-    cudaMalloc(&t, order.size() * 16);
-    cudaMemcpy(t, order.data(), order.size() * 16, cudaMemcpyHostToDevice);
-    GemmPairParams p{};
-    p.a = a, p.b0 = b0, p.b1 = b1, p.h = h, p.out = out, p.partials = g.splits() > 1 ? partials : nullptr;
-    p.partials0 = g.splits0() > 1 ? partials0 : nullptr;
-    p.order = reinterpret_cast<const int4*>(t);
-    p.ticket = counters, p.ready = counters + 2, p.arrived0 = counters + 2 + g.m_blocks() * g.splits();
-    p.arrived = p.arrived0 + g.m_blocks() * g.n0_tiles();
-    p.lda = H, p.m = M, p.k = H, p.n0 = N0, p.n1 = H, p.h_width = I;
-    p.num_tiles = int(g.num_tiles()), p.n0_tiles = int(g.n0_tiles()), p.n1_tiles = int(g.n1_tiles());
-    p.splits0 = int(g.splits0()), p.split_k0 = int(g.k0_cols());
-    p.splits = int(g.splits()), p.split_k1 = int(g.k1_cols()), p.activation = 0, p.tile_sync = true;
-    p.wait = true, p.is_bf16 = true;
-    params[v.name] = p;
-    geoms[v.name] = g;
-    tables[v.name] = t;
+    problem.split_k0 = s0, problem.split_k1 = s1;
+    gemm_pair::Plan plan = gemm_pair::make_params(problem);
+    const std::string tag = "_" + std::to_string(plan.geometry.split_k0) + "_" + std::to_string(plan.geometry.split_k1);
+    for (bool separate : {false, true}) {
+      const Variant v{(separate ? "two_launches" : "fused") + tag, gemm_pair::Policy::kSequential, separate};
+      const auto order = gemm_pair::build_order(plan.geometry, v.policy, problem.tile_sync, slots);
+      int* t;
+      cudaMalloc(&t, order.size() * 16);
+      cudaMemcpy(t, order.data(), order.size() * 16, cudaMemcpyHostToDevice);
+      int* counters;
+      float* partials[2] = {nullptr, nullptr};
+      cudaMalloc(&counters, plan.counters.size * sizeof(int));
+      for (int i = 0; i < 2; ++i) {
+        if (plan.partials[i]) cudaMalloc(&partials[i], plan.partials[i] * sizeof(float));
+      }
+      gemm_pair::bind_workspace(plan, counters, partials);
+      plan.params.a = a, plan.params.b0 = b0, plan.params.b1 = b1, plan.params.h = h, plan.params.out = out;
+      plan.params.order = reinterpret_cast<const int4*>(t);
+      variants.push_back(v);
+      plans[v.name] = plan;
+    }
   }
   auto launch = [&](const Variant& v, cudaStream_t st) {
-    const GemmPairParams& p = params.at(v.name);
-    cudaMemsetAsync(counters, 0, 1 << 16, st);
-    if (!v.separate) return run(p, st);
-    const int g0 = int(g.m_blocks() * g.n0_tiles() * p.splits0);
-    GemmPairParams first = p, second = p;
-    first.num_tiles = g0;
-    second.order = p.order + g0, second.num_tiles = p.num_tiles - g0, second.ticket = counters + 1, second.wait = false;
-    run(first, st);
-    run(second, st);
+    const gemm_pair::Plan& plan = plans.at(v.name);
+    cudaMemsetAsync(plan.params.ticket, 0, plan.counters.size * sizeof(int), st);
+    if (!v.separate) return run(plan.params, st);
+    for (const GemmPairParams& p : gemm_pair::two_launch_params(plan)) run(p, st);
   };
 
   cudaStream_t st;
@@ -162,7 +149,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::vector<double>> times;
   for (int round = 0; round < 25; ++round) {
     for (const Variant& v : variants) {
-      const int4* base = params.at(v.name).order;
+      const int4* base = plans.at(v.name).params.order;
       cudaMemcpyToSymbolAsync(g_gemm_pair_trace_order, &base, sizeof(base), 0, cudaMemcpyHostToDevice, st);
       cudaEventRecord(e0, st);
       launch(v, st);
@@ -173,8 +160,8 @@ int main(int argc, char** argv) {
       if (round >= 3) times[v.name].push_back(ms * 1e3);
     }
     cudaEventRecord(e0, st);
-    read_kernel<<<prop.multiProcessorCount * 8, 256, 0, st>>>((const int4*)b0, size_t(N0) * H * 2 / 16, counters + 60000);
-    read_kernel<<<prop.multiProcessorCount * 8, 256, 0, st>>>((const int4*)b1, size_t(H) * I * 2 / 16, counters + 60000);
+    read_kernel<<<prop.multiProcessorCount * 8, 256, 0, st>>>((const int4*)b0, size_t(N0) * H * 2 / 16, sink);
+    read_kernel<<<prop.multiProcessorCount * 8, 256, 0, st>>>((const int4*)b1, size_t(H) * I * 2 / 16, sink);
     cudaEventRecord(e1, st);
     cudaStreamSynchronize(st);
     float ms;
@@ -188,11 +175,11 @@ int main(int argc, char** argv) {
 
   const char* out_dir = getenv("OUT_DIR");
   for (const Variant& v : variants) {
-    const GemmPairParams& p = params.at(v.name);
-    const int n = p.num_tiles, g0 = int(g.m_blocks() * g.n0_tiles() * p.splits0);
+    const gemm_pair::Plan& plan = plans.at(v.name);
+    const GemmPairParams& p = plan.params;
+    const int n = p.num_tiles, g0 = int(plan.tickets[0]);
     const int4* base = p.order;
     cudaMemcpyToSymbol(g_gemm_pair_trace_order, &base, sizeof(base));
-    cudaMemset(counters, 0, 1 << 16);
     launch(v, st);  // warm
     cudaStreamSynchronize(st);
     launch(v, st);
@@ -227,7 +214,7 @@ int main(int argc, char** argv) {
     }
     printf("%s: %d GEMM0 + %d GEMM1 CTAs (splits %d + %d): GEMM0 done at %.1f us (%.2f TB/s), all done at %.1f us "
            "(GEMM1 phase %.1f us, %.2f TB/s)\n",
-           v.name.c_str(), g0, n - g0, p.splits0, p.splits, g0_end, 2.0 * N0 * H / (g0_end * 1e6), g1_end, g1_end - g0_end,
+           v.name.c_str(), g0, n - g0, p.splits0, p.splits1, g0_end, 2.0 * N0 * H / (g0_end * 1e6), g1_end, g1_end - g0_end,
            2.0 * H * I / ((g1_end - g0_end) * 1e6));
     const char* probe[4] = {"entry", "past wait", "loop done", "end"};
     for (int gemm = 0; gemm < 2; ++gemm)
