@@ -182,7 +182,7 @@ def test_fused_add_rms_norm_matches_reference(rows, hidden, dtype):
 def test_misaligned_view_is_rejected():
     x = torch.randn(4, 4096 + 8, device="cuda", dtype=torch.bfloat16)[:, 1:4097]  # 2-byte offset
     w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match="16-byte aligned"):
+    with pytest.raises(ValueError, match="x's data pointer must be 16-byte aligned"):
         cute_ops.rms_norm(x, w)
 
 
