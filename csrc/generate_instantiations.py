@@ -315,12 +315,13 @@ def supported_header(family: Family) -> str:
     out = [
         NOTICE,
         f"// What {family.name} has kernels for, over all its architectures: the op's checks use these sets\n",
-        f"// ({family.name}.cu), and torch_bindings.cpp's supported_configs() op hands kJson to Python\n",
-        "// (cute_ops/_library.py). Header-only, no CUDA or torch: the CPU-only build compiles it.\n",
+        f"// ({family.name}_checks.cpp), and torch_bindings.cpp's supported_configs() op hands kJson to\n",
+        "// Python (cute_ops/_library.py). Header-only, no CUDA or torch: the CPU-only build compiles it.\n",
         "#pragma once\n",
-        "#include <cstddef>\n\n",
-        '#include "common/dtype.h"\n\n',
+        '#include "common/dtype.h"\n',
+        '#include "common/supported_set.h"\n\n',
         f"namespace cute_ops::{ns} {{\n\n",
+        "using supported::contains;\n\n",
         f'inline constexpr const char kFamily[] = "{family.name}";\n',
         "inline constexpr const char* kArchs[] = {" + ", ".join(f'"{i.arch}"' for i in family.impls) + "};\n",
     ]
@@ -332,13 +333,6 @@ def supported_header(family: Family) -> str:
     out += [
         "\n// The same, with each architecture's own sets under \"by_arch\".\n",
         f'inline constexpr const char kJson[] = R"json({text})json";\n\n',
-        "template <typename T, std::size_t N>\n",
-        "constexpr bool contains(const T (&values)[N], T value) {\n",
-        "  for (const T& v : values) {\n",
-        "    if (v == value) return true;\n",
-        "  }\n",
-        "  return false;\n",
-        "}\n\n",
         f"}}  // namespace cute_ops::{ns}\n",
     ]
     return "".join(out)

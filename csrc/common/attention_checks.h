@@ -75,12 +75,4 @@ inline AttentionScale attention_scale(const char* op, std::optional<double> soft
           scale < 0};
 }
 
-// "64, 96, 128, 256": a generated supported set, for messages.
-template <typename T, size_t N>
-std::string join_values(const T (&values)[N]) {
-  std::string s;
-  for (const T& v : values) s += (s.empty() ? "" : ", ") + std::to_string(v);
-  return s;
-}
-
 }  // namespace cute_ops

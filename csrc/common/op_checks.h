@@ -48,6 +48,14 @@ inline std::string shape_str(c10::SymIntArrayRef sizes) {
 inline std::string shape_str(const at::Tensor& t) { return shape_str(t.sym_sizes()); }
 inline std::string strides_str(const at::Tensor& t) { return shape_str(t.sym_strides()); }
 
+// "64, 96, 128, 256": a generated supported set, for messages.
+template <typename T, size_t N>
+std::string join_values(const T (&values)[N]) {
+  std::string s;
+  for (const T& v : values) s += (s.empty() ? "" : ", ") + std::to_string(v);
+  return s;
+}
+
 // On a CUDA device (or meta: shape inference), and on ref's device.
 inline void check_device(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* name,
                          const char* ref_name) {

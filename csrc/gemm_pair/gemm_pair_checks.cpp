@@ -7,7 +7,6 @@
 
 #include <string>
 
-#include "common/attention_checks.h"  // join_values
 #include "common/op_checks.h"
 #include "gemm_pair/gemm_pair_checks.h"
 #include "gemm_pair/gemm_pair_supported.h"
