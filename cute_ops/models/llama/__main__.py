@@ -1,0 +1,103 @@
+"""Run a LLaMA model: `python -m cute_ops.models.llama --preset llama3-8b --random-weights --batch 1
+--prompt-len 512 --new-tokens 128` times prefill and decode with random weights; `--checkpoint DIR`
+runs a HF checkpoint (text in and out when the directory has a tokenizer)."""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import time
+
+import torch
+
+from . import PRESETS, Generator, Llama, PagedKVCache, SamplingParams, load_checkpoint
+
+
+def copy_ceiling_tbs(device) -> float:
+    """The device's copy rate (TB/s, read + write) over 1 GiB buffers: the floor decode is held to."""
+    a = torch.empty(1 << 29, dtype=torch.int16, device=device)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        b.copy_(a)
+    end.record()
+    end.synchronize()
+    return 10 * 2 * a.numel() * a.element_size() / (start.elapsed_time(end) * 1e-3) / 1e12
+
+
+def _timed(fn):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, time.perf_counter() - t
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--preset", choices=sorted(PRESETS))
+    src.add_argument("--checkpoint", type=pathlib.Path, help="a HF checkpoint directory")
+    ap.add_argument("--random-weights", action="store_true", help="with --preset: random weights")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--prompt-len", type=int, default=512, help="random prompts of this length (no --prompt)")
+    ap.add_argument("--prompt", action="append", help="a text prompt (needs a tokenizer); repeatable")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--page-size", type=int, default=64)
+    ap.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
+    ap.add_argument("--no-graphs", action="store_true", help="decode eagerly instead of replaying CUDA graphs")
+    args = ap.parse_args(argv)
+    if args.preset and not args.random_weights:
+        ap.error("--preset needs --random-weights (or use --checkpoint DIR)")
+    dtype = getattr(torch, args.dtype)
+
+    tokenizer = None
+    if args.checkpoint:
+        model = load_checkpoint(args.checkpoint, dtype=dtype)
+        if (args.checkpoint / "tokenizer.json").exists() or (args.checkpoint / "tokenizer.model").exists():
+            from transformers import AutoTokenizer
+            tokenizer = AutoTokenizer.from_pretrained(str(args.checkpoint))
+    else:
+        model = Llama.random(PRESETS[args.preset], dtype=dtype)
+    cfg = model.config
+    if args.prompt:
+        if tokenizer is None:
+            ap.error("--prompt needs a checkpoint directory with a tokenizer")
+        prompts = [tokenizer(p)["input_ids"] for p in args.prompt]
+    else:
+        gen = torch.Generator().manual_seed(0)
+        prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt_len), generator=gen).tolist()
+    longest = max(len(p) for p in prompts) + args.new_tokens
+    cache = PagedKVCache.for_tokens(cfg, len(prompts) * (longest + args.page_size), args.page_size,
+                                    max_seq_len=longest, dtype=dtype)
+    runner = Generator(model, cache, max_batch=len(prompts), cuda_graphs=not args.no_graphs)
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, seed=0)
+    stop = None if tokenizer else ()  # random weights: run every step
+
+    runner.generate(prompts, 2, sampling, stop)  # warm-up: kernels, tables, the batch's graph
+    _, t_prefill = _timed(lambda: runner.generate(prompts, 1, sampling, stop))
+    outputs, t_total = _timed(lambda: runner.generate(prompts, args.new_tokens, sampling, stop, progress=True))
+    steps = max(len(o) for o in outputs) - 1
+    step_s = (t_total - t_prefill) / max(steps, 1)
+    ceiling = copy_ceiling_tbs(cache.k.device)
+    kv_bytes = sum(len(p) + args.new_tokens / 2 for p in prompts) * 2 * cfg.num_layers * cfg.kv_size * \
+        cache.k.element_size()
+    floor_s = (model.weight_bytes + kv_bytes) / (ceiling * 1e12)
+    n_prompt = sum(len(p) for p in prompts)
+    print(f"{torch.cuda.get_device_name()}: {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
+          f"{model.weight_bytes / 1e9:.2f} GB of weights, batch {len(prompts)}, {args.dtype}")
+    print(f"prefill: {n_prompt} tokens in {t_prefill * 1e3:.1f} ms ({n_prompt / t_prefill:,.0f} tokens/s)")
+    print(f"decode:  {step_s * 1e3:.3f} ms/step over {steps} steps, {len(prompts) / step_s:,.1f} tokens/s, "
+          f"weights at {model.weight_bytes / step_s / 1e12:.2f} TB/s; {floor_s / step_s:.0%} of the floor "
+          f"{floor_s * 1e3:.2f} ms (weights + KV at the {ceiling:.2f} TB/s copy ceiling)")
+    if tokenizer:
+        for p, o in zip(args.prompt, outputs):
+            print(f"\n>>> {p}\n{tokenizer.decode(o, skip_special_tokens=True)}")
+
+
+if __name__ == "__main__":
+    main()

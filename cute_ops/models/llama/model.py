@@ -1,0 +1,150 @@
+"""LLaMA-2/3 from cute_ops' kernels: the weights of each layer and the two forward passes,
+prefill (a packed batch of prompts, no padding) and decode (one token per sequence over the paged
+cache). The ops carry the work:
+
+    norm       rms_norm / fused_add_rms_norm (the residual add fused into the next norm)
+    qkv, o     F.linear over the concatenated q/k/v weights (cuBLAS), and o_proj
+    prefill    rotary_embedding in place on q and k, K/V written into their pages, flash_fwd_varlen
+    decode     flash_decode: RoPE of q and k_new, the append into the pages and attention, one kernel
+    mlp        fused_mlp: gate/up, SwiGLU and down in one launch (weights packed at load)
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ...decode import flash_decode
+from ...flash import flash_fwd_varlen
+from ...gemm_pair import fused_mlp
+from ...norm import fused_add_rms_norm, rms_norm
+from ...rope import rope_cos_sin_cache, rotary_embedding
+from .config import LlamaConfig
+from .kv_cache import PagedKVCache
+
+# Head dims with kernels for both attention paths (flash_decode's set is the narrower).
+SUPPORTED_HEAD_DIMS = (64, 128)
+
+
+class LlamaLayer(torch.nn.Module):
+    def __init__(self, cfg: LlamaConfig, dtype: torch.dtype, device):
+        super().__init__()
+        kw = dict(dtype=dtype, device=device)
+        h = cfg.hidden_size
+        self.attn_norm = torch.nn.Parameter(torch.empty(h, **kw), requires_grad=False)
+        self.wqkv = torch.nn.Parameter(torch.empty(cfg.q_size + 2 * cfg.kv_size, h, **kw), requires_grad=False)
+        self.wo = torch.nn.Parameter(torch.empty(h, cfg.q_size, **kw), requires_grad=False)
+        self.mlp_norm = torch.nn.Parameter(torch.empty(h, **kw), requires_grad=False)
+        # pack_gate_up(gate, up): the layout fused_mlp's SwiGLU epilogue reads.
+        self.w_gate_up = torch.nn.Parameter(torch.empty(2 * cfg.intermediate_size, h, **kw), requires_grad=False)
+        self.w_down = torch.nn.Parameter(torch.empty(h, cfg.intermediate_size, **kw), requires_grad=False)
+
+
+class Llama(torch.nn.Module):
+    """A LLaMA model for inference. Build it with :func:`~cute_ops.models.llama.weights.from_hf` /
+    ``load_checkpoint`` or :meth:`random`; run it with :class:`~cute_ops.models.llama.generate.Generator`
+    or the two passes below."""
+
+    def __init__(self, config: LlamaConfig, dtype: torch.dtype = torch.bfloat16, device="cuda"):
+        super().__init__()
+        if config.head_dim not in SUPPORTED_HEAD_DIMS:
+            raise ValueError(f"Llama: head_dim must be one of {SUPPORTED_HEAD_DIMS} (the decode kernel's), "
+                             f"got {config.head_dim}")
+        if dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError(f"Llama: dtype must be torch.float16 or torch.bfloat16, got {dtype}")
+        self.config, self.dtype = config, dtype
+        kw = dict(dtype=dtype, device=device)
+        self.embed = torch.nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, **kw), requires_grad=False)
+        self.layers = torch.nn.ModuleList(LlamaLayer(config, dtype, device) for _ in range(config.num_layers))
+        self.norm = torch.nn.Parameter(torch.empty(config.hidden_size, **kw), requires_grad=False)
+        self.lm_head = None if config.tie_word_embeddings else torch.nn.Parameter(
+            torch.empty(config.vocab_size, config.hidden_size, **kw), requires_grad=False)
+        # RoPE tables: [positions, rot_dim] (cos | sin) for rotary_embedding, and its two halves,
+        # contiguous, for flash_decode. float32: the angles exact to float32 at any position.
+        cos_sin = rope_cos_sin_cache(config.head_dim, config.max_position, config.rope_theta, config.rope_scaling,
+                                     device=device)
+        half = config.head_dim // 2
+        self.register_buffer("cos_sin", cos_sin, persistent=False)
+        self.register_buffer("rope_cos", cos_sin[:, :half].contiguous(), persistent=False)
+        self.register_buffer("rope_sin", cos_sin[:, half:].contiguous(), persistent=False)
+
+    @classmethod
+    def random(cls, config: LlamaConfig, dtype=torch.bfloat16, device="cuda", seed: int = 0) -> "Llama":
+        """Random weights with a LLaMA-like scale (for benchmarks and tests): the activations stay O(1)."""
+        model = cls(config, dtype, device)
+        gen = torch.Generator(device=device).manual_seed(seed)
+        for name, p in model.named_parameters():
+            if name.endswith("norm"):
+                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen, device=device))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen, device=device) * p.shape[-1] ** -0.5)
+        return model
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        return self.embed if self.lm_head is None else self.lm_head
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes a decode step reads of the weights: every layer, the final norm and the output
+        projection (the embedding rows of a step's tokens are negligible)."""
+        return sum(p.numel() * p.element_size() for p in self.layers.parameters()) + \
+            self.output_weight.numel() * self.output_weight.element_size()
+
+    def _split_qkv(self, qkv: torch.Tensor, lead: tuple[int, ...]):
+        c = self.config
+        q = qkv[..., :c.q_size].view(*lead, c.num_heads, c.head_dim)
+        k = qkv[..., c.q_size:c.q_size + c.kv_size].view(*lead, c.num_kv_heads, c.head_dim)
+        v = qkv[..., c.q_size + c.kv_size:].view(*lead, c.num_kv_heads, c.head_dim)
+        return q, k, v
+
+    def _layers(self, x: torch.Tensor, attention) -> torch.Tensor:
+        """The decoder stack over hidden states x [tokens, hidden]; attention(i, q, k, v) -> [tokens,
+        heads, head_dim]. Returns the final norm's output."""
+        residual, mlp_out, eps = x, None, self.config.rms_norm_eps
+        for i, layer in enumerate(self.layers):
+            # The residual stream is updated in place by each fused add.
+            h = rms_norm(residual, layer.attn_norm, eps) if mlp_out is None else \
+                fused_add_rms_norm(mlp_out, residual, layer.attn_norm, eps)
+            q, k, v = self._split_qkv(F.linear(h, layer.wqkv), h.shape[:-1])
+            attn = F.linear(attention(i, q, k, v).flatten(-2), layer.wo)
+            h = fused_add_rms_norm(attn, residual, layer.mlp_norm, eps)
+            mlp_out = fused_mlp(h, layer.w_gate_up, layer.w_down)
+        return fused_add_rms_norm(mlp_out, residual, self.norm, eps)
+
+    @torch.inference_mode()
+    def prefill(self, tokens: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, positions: torch.Tensor,
+                slots: torch.Tensor, cache: PagedKVCache, logits_rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Prompts packed along one dim, each starting at position 0: their K and V go into the cache
+        at `slots`, and the logits of `logits_rows` (default: every row) are returned, float32.
+
+        tokens: int64 [total]; cu_seqlens: int32 [batch + 1]; max_seqlen: the longest prompt;
+        positions: int32/int64 [total] (0 .. len - 1 per prompt); slots: int64 [total] cache rows
+        (page * page_size + row, from PagedKVCache.slots)."""
+        def attention(i, q, k, v):
+            rotary_embedding(q, k, positions, self.cos_sin)
+            k_pages = cache.k[i].view(-1, *k.shape[1:])
+            v_pages = cache.v[i].view(-1, *v.shape[1:])
+            k_pages.index_copy_(0, slots, k)
+            v_pages.index_copy_(0, slots, v)
+            return flash_fwd_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True)[0]
+
+        h = self._layers(F.embedding(tokens, self.embed), attention)
+        if logits_rows is not None:
+            h = h[logits_rows]
+        return F.linear(h, self.output_weight).float()
+
+    @torch.inference_mode()
+    def decode(self, tokens: torch.Tensor, cache_seqlens: torch.Tensor, block_table: torch.Tensor,
+               cache: PagedKVCache) -> torch.Tensor:
+        """One token per sequence: tokens int64 [batch] at positions cache_seqlens (int32 [batch], the
+        keys already cached), block_table int32 [batch, pages]. Appends each token's K and V to the
+        cache and returns float32 logits [batch, vocab]; the caller advances cache_seqlens."""
+        b = tokens.shape[0]
+
+        def attention(i, q, k, v):
+            out, _ = flash_decode(q.unsqueeze(1), cache.k[i], cache.v[i], cache_seqlens, k.unsqueeze(1),
+                                  v.unsqueeze(1), block_table, self.rope_cos, self.rope_sin)
+            return out.view(b, *q.shape[1:])
+
+        h = self._layers(F.embedding(tokens, self.embed), attention)
+        return F.linear(h, self.output_weight).float()

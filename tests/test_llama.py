@@ -1,0 +1,318 @@
+"""cute_ops.models.llama: config parsing, weight mapping, checkpoint loading and the page allocator
+on the CPU; on the GPU, parity with transformers' LlamaForCausalLM (prefill and 32 teacher-forced
+decode steps, bf16 and fp16, tied and untied embeddings, GQA, llama3 RoPE scaling), batched
+generation against each prompt alone, graph replay against eager decode, and bad inputs."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import cute_ops
+from cute_ops.models.llama import (Generator, Llama, LlamaConfig, OutOfPages, PageAllocator, PagedKVCache,
+                                   SamplingParams, from_hf_state_dict, load_checkpoint, sample)
+from cute_ops.models.llama.weights import hf_shapes
+from cute_ops.rope import Llama3RopeScaling
+from conftest import assert_close_to_reference
+
+LLAMA3_8B_JSON = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "max_position_embeddings": 131072, "tie_word_embeddings": False,
+    "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+LLAMA2_7B_JSON = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
+                  "num_hidden_layers": 32, "num_attention_heads": 32, "rms_norm_eps": 1e-05,
+                  "max_position_embeddings": 4096, "eos_token_id": 2, "bos_token_id": 1}
+
+
+def _tiny(tied=False, **kw) -> LlamaConfig:
+    base = dict(vocab_size=1000, hidden_size=512, intermediate_size=1000, num_layers=3, num_heads=8, num_kv_heads=2,
+                head_dim=64, rms_norm_eps=1e-5, rope_theta=500000.0, max_position=2048, tie_word_embeddings=tied,
+                rope_scaling=Llama3RopeScaling(factor=8.0, original_max_position=256), eos_token_ids=(999,))
+    base.update(kw)
+    return LlamaConfig(**base)
+
+
+def _hf_state_dict(cfg: LlamaConfig, dtype=torch.float32) -> dict[str, torch.Tensor]:
+    return {n: torch.randn(s, dtype=dtype) * (0.1 if n.endswith("norm.weight") else s[-1] ** -0.5)
+            + (1.0 if n.endswith("norm.weight") else 0.0) for n, s in hf_shapes(cfg).items()}
+
+
+# ---------------------------------------------------------------- CPU: config, weights, pages, sampling
+def test_config_from_llama3_json():
+    cfg = LlamaConfig.from_hf(LLAMA3_8B_JSON)
+    assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.num_layers) == (32, 8, 128, 32)
+    assert cfg.rope_theta == 500000.0 and cfg.rope_scaling == Llama3RopeScaling(8.0, 1.0, 4.0, 8192)
+    assert cfg.eos_token_ids == (128001, 128008, 128009) and not cfg.tie_word_embeddings
+    assert cfg == cute_ops.models.llama.PRESETS["llama3-8b"]
+
+
+def test_config_from_llama2_json_defaults():
+    cfg = LlamaConfig.from_hf(LLAMA2_7B_JSON)
+    assert cfg.num_kv_heads == 32 and cfg.head_dim == 128 and cfg.rope_scaling is None
+    assert cfg.rope_theta == 10000.0 and cfg.eos_token_ids == (2,)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"model_type": "mistral"}, "model_type must be 'llama'"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling type 'yarn' is not supported"),
+    ({"num_key_value_heads": 5}, "must be a multiple of num_kv_heads"),
+    ({"attention_bias": True}, "biases are not supported"),
+])
+def test_config_rejects(change, match):
+    with pytest.raises(ValueError, match=match):
+        LlamaConfig.from_hf({**LLAMA3_8B_JSON, **change})
+
+
+def test_config_names_a_missing_key():
+    bad = dict(LLAMA3_8B_JSON)
+    del bad["intermediate_size"]
+    with pytest.raises(ValueError, match="lacks 'intermediate_size'"):
+        LlamaConfig.from_hf(bad)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_weight_mapping(tied):
+    cfg = _tiny(tied)
+    sd = _hf_state_dict(cfg)
+    model = from_hf_state_dict(cfg, sd, dtype=torch.bfloat16, device="cpu")
+    for n, layer in enumerate(model.layers):
+        p = f"model.layers.{n}."
+        qkv = torch.cat([sd[p + f"self_attn.{x}_proj.weight"] for x in "qkv"]).bfloat16()
+        assert torch.equal(layer.wqkv, qkv)
+        assert torch.equal(layer.w_gate_up, cute_ops.pack_gate_up(sd[p + "mlp.gate_proj.weight"],
+                                                                   sd[p + "mlp.up_proj.weight"]).bfloat16())
+        assert torch.equal(layer.wo, sd[p + "self_attn.o_proj.weight"].bfloat16())
+        assert torch.equal(layer.attn_norm, sd[p + "input_layernorm.weight"].bfloat16())
+        assert torch.equal(layer.mlp_norm, sd[p + "post_attention_layernorm.weight"].bfloat16())
+    assert (model.lm_head is None) == tied
+    expected_out = sd["model.embed_tokens.weight" if tied else "lm_head.weight"].bfloat16()
+    assert torch.equal(model.output_weight, expected_out)
+
+
+def test_weight_check_lists_every_problem():
+    cfg = _tiny()
+    sd = _hf_state_dict(cfg)
+    del sd["model.layers.1.mlp.up_proj.weight"]
+    sd["model.layers.2.self_attn.k_proj.weight"] = torch.zeros(64, 512)
+    sd["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(512)
+    with pytest.raises(ValueError, match=r"3 problems.*missing model.layers.1.mlp.up_proj.weight.*"
+                                         r"k_proj.weight has shape \[64, 512\], expected \[128, 512\].*"
+                                         r"unexpected model.layers.0.self_attn.q_proj.bias"):
+        from_hf_state_dict(cfg, sd, device="cpu")
+
+
+def test_unsupported_head_dim_is_rejected():
+    with pytest.raises(ValueError, match="head_dim must be one of"):
+        Llama(_tiny(head_dim=96, hidden_size=768), device="cpu")
+
+
+def test_checkpoint_directory_in_shards(tmp_path):
+    from safetensors.torch import save_file
+    cfg = _tiny()
+    sd = _hf_state_dict(cfg)
+    names = sorted(sd)
+    # gate and up of layer 1 in different shards: the loader must hold the first until the second comes.
+    first = [n for n in names if not n.startswith("model.layers.1.mlp.up") and (n < "model.layers.1.z")]
+    shards = {"model-00001-of-00002.safetensors": first,
+              "model-00002-of-00002.safetensors": [n for n in names if n not in first]}
+    assert "model.layers.1.mlp.gate_proj.weight" in first and "model.layers.1.mlp.up_proj.weight" not in first
+    for f, ns in shards.items():
+        save_file({n: sd[n].contiguous() for n in ns}, str(tmp_path / f))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {n: f for f, ns in shards.items() for n in ns}}))
+    hf = {**LLAMA3_8B_JSON, "vocab_size": 1000, "hidden_size": 512, "intermediate_size": 1000, "num_hidden_layers": 3,
+          "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 2048, "eos_token_id": 999,
+          "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 256}}
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    loaded = load_checkpoint(tmp_path, device="cpu")
+    direct = from_hf_state_dict(cfg, sd, device="cpu")
+    assert loaded.config == cfg.replace(bos_token_id=128000)
+    for (n, a), (_, b) in zip(loaded.named_parameters(), direct.named_parameters()):
+        assert torch.equal(a, b), n
+
+
+def test_bad_checkpoint_loads_nothing(tmp_path):
+    from safetensors.torch import save_file
+    cfg = _tiny()
+    sd = _hf_state_dict(cfg)
+    sd["model.norm.weight"] = torch.ones(256)
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"model.norm.weight has shape \[256\], expected \[512\]"):
+        load_checkpoint(tmp_path, device="cpu", config=cfg)
+
+
+def test_page_allocator():
+    alloc = PageAllocator(num_pages=5, page_size=16)
+    assert alloc.num_free == 4  # page 0 is scratch
+    a = alloc.allocate(0, 33)  # 3 pages
+    assert len(a) == 3 and PageAllocator.SCRATCH_PAGE not in a
+    with pytest.raises(OutOfPages, match="1 free pages of 16 tokens; 17 tokens need 2"):
+        alloc.allocate(1, 17)
+    assert alloc.num_free == 1  # a refused request takes nothing
+    b = alloc.allocate(1, 16)
+    alloc.free(0)
+    assert alloc.num_free == 3 and not set(a) & set(b)
+    c = alloc.allocate(2, 48)
+    assert sorted(c) == sorted(a)
+    with pytest.raises(ValueError, match="already holds pages"):
+        alloc.allocate(2, 1)
+
+
+def test_cache_slots_and_block_table():
+    cfg = _tiny()
+    cache = PagedKVCache(cfg, num_pages=8, page_size=16, max_seq_len=64, device="cpu")
+    cache.allocator.allocate(7, 20)  # pages 1, 2
+    cache.allocator.allocate(9, 5)   # page 3
+    slots = cache.slots([7, 9], [20, 5])
+    assert slots.tolist() == [16 + i for i in range(16)] + [32 + i for i in range(4)] + [48 + i for i in range(5)]
+    table = cache.block_table_rows([9, 7], rows=3)
+    assert table.tolist() == [[3, 0, 0, 0], [1, 2, 0, 0], [0, 0, 0, 0]]
+
+
+def test_sampling():
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.9], [5.0, 0.0, 0.0, 0.0]])
+    assert sample(logits, SamplingParams()).tolist() == [1, 0]
+    assert sample(logits, SamplingParams(temperature=1.0, top_k=1)).tolist() == [1, 0]
+    assert sample(logits, SamplingParams(temperature=1.0, top_p=0.01)).tolist() == [1, 0]
+    gen = torch.Generator().manual_seed(3)
+    picks = {sample(logits, SamplingParams(temperature=1.0, top_k=2), gen)[0].item() for _ in range(200)}
+    assert picks == {1, 3}
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0.0)
+
+
+# ---------------------------------------------------------------- GPU: parity with transformers
+def _hf_models(cfg: LlamaConfig, sd, dtypes):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    hf_cfg = transformers.LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps, rope_theta=cfg.rope_theta,
+        max_position_embeddings=cfg.max_position, tie_word_embeddings=cfg.tie_word_embeddings,
+        rope_scaling={"rope_type": "llama3", "factor": cfg.rope_scaling.factor,
+                      "low_freq_factor": cfg.rope_scaling.low_freq_factor,
+                      "high_freq_factor": cfg.rope_scaling.high_freq_factor,
+                      "original_max_position_embeddings": cfg.rope_scaling.original_max_position},
+        attn_implementation="eager")
+    out = {}
+    for dtype in dtypes:
+        m = transformers.LlamaForCausalLM(hf_cfg).to(dtype)
+        m.load_state_dict({n: t.to(dtype) for n, t in sd.items()}, strict=not cfg.tie_word_embeddings)
+        out[dtype] = m.cuda().eval()
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("tied", [False, True])
+def test_parity_with_transformers(dtype, tied):
+    cfg = _tiny(tied)
+    sd = _hf_state_dict(cfg)
+    hf = _hf_models(cfg, sd, [torch.float64, dtype])
+    ours = from_hf_state_dict(cfg, sd, dtype=dtype)
+    lengths, steps = [37, 100, 1], 32
+    seqs = [torch.randint(0, cfg.vocab_size, (n + steps,)) for n in lengths]
+    with torch.no_grad():
+        ref = [hf[torch.float64](s[None].cuda()).logits[0] for s in seqs]
+        low = [hf[dtype](s[None].cuda()).logits[0] for s in seqs]
+    cache = PagedKVCache.for_tokens(cfg, 1024, page_size=16, dtype=dtype)
+    for i, n in enumerate(lengths):
+        cache.allocator.allocate(i, n + steps)
+    # Prefill: every prompt row's logits.
+    tokens = torch.cat([s[:n] for s, n in zip(seqs, lengths)]).cuda()
+    cu = torch.tensor([0] + lengths).cumsum(0).to(torch.int32).cuda()
+    positions = torch.cat([torch.arange(n) for n in lengths]).cuda()
+    slots = cache.slots(list(range(len(lengths))), lengths).cuda()
+    logits = ours.prefill(tokens, cu, max(lengths), positions, slots, cache)
+    for b, n in enumerate(lengths):
+        assert_close_to_reference(logits[cu[b]:cu[b + 1]], ref[b][:n], low[b][:n].float(), k=2,
+                                  what=f"prefill logits of prompt {b}")
+    # Decode: 32 teacher-forced steps.
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    table = cache.block_table_rows(list(range(len(lengths)))).cuda()
+    for t in range(steps):
+        step_tokens = torch.stack([s[n + t] for s, n in zip(seqs, lengths)]).cuda()
+        out = ours.decode(step_tokens, seqlens, table, cache)
+        for b, n in enumerate(lengths):
+            assert_close_to_reference(out[b], ref[b][n + t], low[b][n + t].float(), k=2,
+                                      what=f"decode step {t} of sequence {b}")
+        seqlens += 1
+
+
+@pytest.mark.gpu
+def test_planted_bug_fails_parity():
+    # One layer's K rows off by one position in the cache: the bound must catch it.
+    cfg = _tiny(num_layers=2)
+    sd = _hf_state_dict(cfg)
+    hf = _hf_models(cfg, sd, [torch.float64, torch.bfloat16])
+    ours = from_hf_state_dict(cfg, sd)
+    seq = torch.randint(0, cfg.vocab_size, (60,))
+    with torch.no_grad():
+        ref, low = hf[torch.float64](seq[None].cuda()).logits[0], hf[torch.bfloat16](seq[None].cuda()).logits[0]
+    cache = PagedKVCache.for_tokens(cfg, 256, page_size=16)
+    cache.allocator.allocate(0, 60)
+    slots = cache.slots([0], [60]).cuda()
+    slots = torch.cat([slots[1:2], slots[:1], slots[2:]])  # keys 0 and 1 swapped in the cache
+    ours.prefill(seq[:59].cuda(), torch.tensor([0, 59], dtype=torch.int32, device="cuda"), 59,
+                 torch.arange(59, device="cuda"), slots[:59], cache)
+    out = ours.decode(seq[59:60].cuda(), torch.tensor([59], dtype=torch.int32, device="cuda"),
+                      cache.block_table_rows([0]).cuda(), cache)
+    with pytest.raises(AssertionError, match="exceeds"):
+        assert_close_to_reference(out[0], ref[59], low[59].float(), k=2)
+
+
+def _random_model(cfg=None, seed=0):
+    return Llama.random(cfg or _tiny(), dtype=torch.bfloat16, seed=seed)
+
+
+@pytest.mark.gpu
+def test_batched_generation_equals_each_prompt_alone():
+    model = _random_model()
+    prompts = [torch.randint(0, 1000, (n,)).tolist() for n in (5, 130, 17, 64, 1)]
+    cache = PagedKVCache.for_tokens(model.config, 5 * 200, page_size=16, max_seq_len=200)
+    batched = Generator(model, cache, max_batch=8).generate(prompts, 24, stop_tokens=())
+    alone = [Generator(model, cache, max_batch=1).generate([p], 24, stop_tokens=())[0] for p in prompts]
+    assert batched == alone
+
+
+@pytest.mark.gpu
+def test_graph_decode_equals_eager_decode():
+    model = _random_model()
+    prompts = [torch.randint(0, 1000, (n,)).tolist() for n in (9, 40, 3)]
+    cache = PagedKVCache.for_tokens(model.config, 3 * 100, page_size=16, max_seq_len=100)
+    graphs = Generator(model, cache, max_batch=4, cuda_graphs=True).generate(prompts, 20, stop_tokens=())
+    eager = Generator(model, cache, max_batch=4, cuda_graphs=False).generate(prompts, 20, stop_tokens=())
+    assert graphs == eager and all(len(o) == 20 for o in graphs)
+
+
+@pytest.mark.gpu
+def test_stop_tokens_and_continuous_batching():
+    model = _random_model()
+    prompts = [torch.randint(0, 1000, (n,)).tolist() for n in (12, 7, 30, 5, 9, 21)]
+    cache = PagedKVCache.for_tokens(model.config, 2 * 64, page_size=16, max_seq_len=64)  # 2 sequences at a time
+    free = cache.allocator.num_free
+    outs = Generator(model, cache, max_batch=4).generate(prompts, 16, stop_tokens=())
+    alone = [Generator(model, cache, max_batch=1).generate([p], 16, stop_tokens=())[0] for p in prompts]
+    assert outs == alone and cache.allocator.num_free == free
+    # A stop token ends a sequence and is kept as its last token.
+    stop = alone[0][3]
+    first = alone[0][:alone[0].index(stop) + 1]
+    assert Generator(model, cache).generate(prompts[:1], 16, stop_tokens=(stop,))[0] == first
+
+
+@pytest.mark.gpu
+def test_bad_generation_inputs():
+    model = _random_model()
+    cache = PagedKVCache.for_tokens(model.config, 64, page_size=16, max_seq_len=64)
+    gen = Generator(model, cache)
+    with pytest.raises(ValueError, match="does not fit the cache"):
+        gen.generate([[1] * 60], 8)
+    with pytest.raises(ValueError, match="prompt 0 is empty"):
+        gen.generate([[]], 8)
+    with pytest.raises(OutOfPages):
+        cache.allocator.allocate(0, 10_000)
