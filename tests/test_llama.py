@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import cute_ops
 from cute_ops.models.llama import (Generator, Llama, LlamaConfig, OutOfPages, PageAllocator, PagedKVCache,
@@ -246,7 +247,9 @@ def test_parity_with_transformers(dtype, tied):
 
 @pytest.mark.gpu
 def test_planted_bug_fails_parity():
-    # One layer's K rows off by one position in the cache: the bound must catch it.
+    # One key cached as its neighbour's in each layer (an off-by-one in one slot): the bound must
+    # catch it. (A swap of two keys' K and V together would not be a bug: attention is permutation
+    # invariant once RoPE is applied.)
     cfg = _tiny(num_layers=2)
     sd = _hf_state_dict(cfg)
     hf = _hf_models(cfg, sd, [torch.float64, torch.bfloat16])
@@ -257,13 +260,18 @@ def test_planted_bug_fails_parity():
     cache = PagedKVCache.for_tokens(cfg, 256, page_size=16)
     cache.allocator.allocate(0, 60)
     slots = cache.slots([0], [60]).cuda()
-    slots = torch.cat([slots[1:2], slots[:1], slots[2:]])  # keys 0 and 1 swapped in the cache
     ours.prefill(seq[:59].cuda(), torch.tensor([0, 59], dtype=torch.int32, device="cuda"), 59,
                  torch.arange(59, device="cuda"), slots[:59], cache)
-    out = ours.decode(seq[59:60].cuda(), torch.tensor([59], dtype=torch.int32, device="cuda"),
-                      cache.block_table_rows([0]).cuda(), cache)
+    for layer in range(cfg.num_layers):
+        k_rows = cache.k[layer].view(-1, cfg.num_kv_heads, cfg.head_dim)
+        k_rows[slots[30]] = k_rows[slots[31]]
+
+    def decode():
+        return ours.decode(seq[59:60].cuda(), torch.tensor([59], dtype=torch.int32, device="cuda"),
+                           cache.block_table_rows([0]).cuda(), cache)[0]
+
     with pytest.raises(AssertionError, match="exceeds"):
-        assert_close_to_reference(out[0], ref[59], low[59].float(), k=2)
+        assert_close_to_reference(decode(), ref[59], low[59].float(), k=2)
 
 
 def _random_model(cfg=None, seed=0):
@@ -316,3 +324,22 @@ def test_bad_generation_inputs():
         gen.generate([[]], 8)
     with pytest.raises(OutOfPages):
         cache.allocator.allocate(0, 10_000)
+
+
+def test_prefill_mlp_through_cublas_matches_the_unpacked_math():
+    # Prefill-sized batches take the cuBLAS path (Llama._mlp) on the packed weights: the view that
+    # splits gate from up must pair each gate row with its own up row.
+    from cute_ops.models.llama.model import FUSED_MLP_MAX_ROWS
+    cfg = _tiny(intermediate_size=256, hidden_size=512)
+    sd = _hf_state_dict(cfg, dtype=torch.float64)
+    model = from_hf_state_dict(cfg, sd, dtype=torch.bfloat16, device="cpu")
+    h = torch.randn(FUSED_MLP_MAX_ROWS + 1, cfg.hidden_size, dtype=torch.float64)
+    gate, up, down = (sd[f"model.layers.0.mlp.{n}_proj.weight"] for n in ("gate", "up", "down"))
+
+    def mlp(x, dtype):
+        x, g, u, d = (t.to(dtype) for t in (x, gate, up, down))
+        return F.linear(F.silu(F.linear(x, g)) * F.linear(x, u), d)
+
+    with torch.inference_mode():
+        out = model._mlp(h.bfloat16(), model.layers[0])
+    assert_close_to_reference(out, mlp(h, torch.float64), mlp(h, torch.bfloat16), k=2)

@@ -6,7 +6,8 @@ cache). The ops carry the work:
     qkv, o     F.linear over the concatenated q/k/v weights (cuBLAS), and o_proj
     prefill    rotary_embedding in place on q and k, K/V written into their pages, flash_fwd_varlen
     decode     flash_decode: RoPE of q and k_new, the append into the pages and attention, one kernel
-    mlp        fused_mlp: gate/up, SwiGLU and down in one launch (weights packed at load)
+    mlp        fused_mlp: gate/up, SwiGLU and down in one launch (weights packed at load); cuBLAS
+               for prefill-sized batches, where it is faster
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 
 from ...decode import flash_decode
 from ...flash import flash_fwd_varlen
-from ...gemm_pair import fused_mlp
+from ...gemm_pair import GATE_BLOCK, fused_mlp
 from ...norm import fused_add_rms_norm, rms_norm
 from ...rope import rope_cos_sin_cache, rotary_embedding
 from .config import LlamaConfig
@@ -23,6 +24,8 @@ from .kv_cache import PagedKVCache
 
 # Head dims with kernels for both attention paths (flash_decode's set is the narrower).
 SUPPORTED_HEAD_DIMS = (64, 128)
+# Rows up to which the MLP runs as fused_mlp; more go through cuBLAS (see Llama._mlp).
+FUSED_MLP_MAX_ROWS = 64
 
 
 class LlamaLayer(torch.nn.Module):
@@ -97,6 +100,18 @@ class Llama(torch.nn.Module):
         v = qkv[..., c.q_size + c.kv_size:].view(*lead, c.num_kv_heads, c.head_dim)
         return q, k, v
 
+    def _mlp(self, h: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
+        """fused_mlp where it is the faster (decode-sized batches, whose time is the weights' read);
+        for prefill-sized ones the gate/up and down matmuls through cuBLAS, which is ahead of
+        fused_mlp's SM80 tiles from M = 128 (docs/perf-notes.md, gemm_pair), on the same packed
+        weights: pack_gate_up's blocks of 64 gate rows then 64 up rows, split by a view."""
+        inter = self.config.intermediate_size
+        if h.shape[0] <= FUSED_MLP_MAX_ROWS or inter % GATE_BLOCK:
+            return fused_mlp(h, layer.w_gate_up, layer.w_down)
+        gate_up = F.linear(h, layer.w_gate_up).view(h.shape[0], inter // GATE_BLOCK, 2, GATE_BLOCK)
+        act = F.silu(gate_up[:, :, 0]) * gate_up[:, :, 1]
+        return F.linear(act.reshape(h.shape[0], inter), layer.w_down)
+
     def _layers(self, x: torch.Tensor, attention) -> torch.Tensor:
         """The decoder stack over hidden states x [tokens, hidden]; attention(i, q, k, v) -> [tokens,
         heads, head_dim]. Returns the final norm's output."""
@@ -108,7 +123,7 @@ class Llama(torch.nn.Module):
             q, k, v = self._split_qkv(F.linear(h, layer.wqkv), h.shape[:-1])
             attn = F.linear(attention(i, q, k, v).flatten(-2), layer.wo)
             h = fused_add_rms_norm(attn, residual, layer.mlp_norm, eps)
-            mlp_out = fused_mlp(h, layer.w_gate_up, layer.w_down)
+            mlp_out = self._mlp(h, layer)
         return fused_add_rms_norm(mlp_out, residual, self.norm, eps)
 
     @torch.inference_mode()
