@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Where the time of a LLaMA decode step goes: the kernels of one step (profiled on eager steps:
+the same kernels the step's CUDA graph replays), summed per op, with the bytes each op must read
+and its rate against the copy ceiling, next to the graph-replayed step time (the gap between the
+two is launch and dependency latency between kernels).
+
+    python perf/tools/llama_breakdown.py [--preset llama3-8b] [--batch 1] [--ctx 512]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import pathlib
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+from cute_ops.models.llama import PRESETS, Generator, Llama, PagedKVCache  # noqa: E402
+from cute_ops.models.llama.__main__ import copy_ceiling_tbs  # noqa: E402
+from cute_ops.models.llama.generate import _Sequence  # noqa: E402
+
+# Kernel name fragments -> the op they belong to (first match wins).
+GROUPS = [("flash_decode", "flash_decode (attention + append + RoPE, combine)"),
+          ("gemm_pair", "fused_mlp (gate/up, SwiGLU, down)"),
+          ("rms_norm", "rms_norm / fused_add_rms_norm"),
+          ("embedding", "embedding"), ("indexSelect", "embedding"),
+          ("gemv", "cuBLAS (qkv, o, lm_head)"), ("gemm", "cuBLAS (qkv, o, lm_head)"),
+          ("nvjet", "cuBLAS (qkv, o, lm_head)"), ("cutlass", "cuBLAS (qkv, o, lm_head)")]
+
+
+def group_of(name: str) -> str:
+    return next((g for key, g in GROUPS if key in name), "other: " + name[:60])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="llama3-8b", choices=sorted(PRESETS))
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args()
+    cfg = PRESETS[args.preset]
+    model = Llama.random(cfg)
+    cache = PagedKVCache.for_tokens(cfg, args.batch * (args.ctx + 64), max_seq_len=args.ctx + 64)
+    runner = Generator(model, cache, max_batch=args.batch)
+    prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.ctx)).tolist()
+    runner.generate(prompts, 2, stop_tokens=())  # fills the cache and captures the graph
+    for s in range(args.batch):  # the sequences again, left at ctx keys, for the timed steps
+        cache.allocator.allocate(10_000 + s, args.ctx + 8)
+    runner._load_batch([_Sequence(request=s, seq_id=10_000 + s, length=args.ctx, last=1) for s in range(args.batch)])
+    b = args.batch
+
+    def step_eager():
+        model.decode(runner._tokens[:b], runner._seqlens[:b], runner._table[:b], cache)
+
+    for _ in range(3):
+        runner.decode_step(b)
+        step_eager()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        runner.decode_step(b)
+    end.record()
+    end.synchronize()
+    graph_ms = start.elapsed_time(end) / 20
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.steps):
+            step_eager()
+        torch.cuda.synchronize()
+    per_group: dict[str, float] = collections.defaultdict(float)
+    counts: dict[str, int] = collections.defaultdict(int)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            per_group[group_of(ev.name)] += ev.device_time / args.steps
+            counts[group_of(ev.name)] += 1
+    esz = 2
+    layer = cfg.hidden_size
+    bytes_of = {
+        "fused_mlp (gate/up, SwiGLU, down)": cfg.num_layers * 3 * cfg.intermediate_size * layer * esz,
+        "cuBLAS (qkv, o, lm_head)": (cfg.num_layers * (cfg.q_size + 2 * cfg.kv_size + cfg.q_size) * layer
+                                     + cfg.vocab_size * layer) * esz,
+        "flash_decode (attention + append + RoPE, combine)": cfg.num_layers * b * args.ctx * 2 * cfg.kv_size * esz,
+        "rms_norm / fused_add_rms_norm": 0,
+    }
+    ceiling = copy_ceiling_tbs("cuda")
+    total_kernels = sum(per_group.values())
+    print(f"{torch.cuda.get_device_name()}, {args.preset} bf16, batch {b}, ctx {args.ctx}: graph-replayed step "
+          f"{graph_ms * 1e3:.0f} us; kernels of an eager step {total_kernels:.0f} us; copy ceiling {ceiling:.2f} TB/s")
+    print(f"| op | kernels / step | us / step | share | bytes read (MB) | TB/s | of copy ceiling |\n"
+          f"|---|---|---|---|---|---|---|")
+    for g, us in sorted(per_group.items(), key=lambda kv: -kv[1]):
+        by = bytes_of.get(g, 0)
+        rate = by / (us * 1e-6) / 1e12 if by else 0
+        print(f"| {g} | {counts[g] // args.steps} | {us:.0f} | {us / (graph_ms * 1e3):.0%} | {by / 1e6:.0f} | "
+              f"{rate:.2f} | {rate / ceiling:.0%} |")
+    print(f"| gaps between kernels (graph step - kernels) | | {graph_ms * 1e3 - total_kernels:.0f} | "
+          f"{1 - total_kernels / (graph_ms * 1e3):.0%} | | | |")
+
+
+if __name__ == "__main__":
+    main()
