@@ -32,6 +32,9 @@ class Case:
     # read-only ceiling as well, since a copy's writes cost more than reads and a read-bound op can
     # run faster than "100% of copy".
     read_dominated: bool = False
+    # `bytes` are what the op cannot avoid reading (a model step: its weights and KV rows): their
+    # read at the read ceiling is its floor, and frac_of_floor reports how near it runs.
+    floor_metric: bool = False
 
     @property
     def id(self) -> str:

@@ -4,15 +4,17 @@ from __future__ import annotations
 import cases_decode
 import cases_flash
 import cases_gemm_pair
+import cases_llama
 import cases_norm
 import cases_rope
 from harness import Case
 
 FAMILIES = {"norm": cases_norm.cases, "rope": cases_rope.cases, "flash_fwd": cases_flash.cases,
-            "flash_decode": cases_decode.cases, "gemm_pair": cases_gemm_pair.cases}
-# One op per family whose CUDA kernels must be built for its cases to run.
-FAMILY_OPS = {"norm": "rms_norm", "rope": "rotary_embedding", "flash_fwd": "flash_fwd",
-              "flash_decode": "flash_decode", "gemm_pair": "gemm_pair"}
+            "flash_decode": cases_decode.cases, "gemm_pair": cases_gemm_pair.cases, "llama": cases_llama.cases}
+# The ops whose CUDA kernels must be built for a family's cases to run.
+FAMILY_OPS = {"norm": ("rms_norm",), "rope": ("rotary_embedding",), "flash_fwd": ("flash_fwd",),
+              "flash_decode": ("flash_decode",), "gemm_pair": ("gemm_pair",),
+              "llama": ("rms_norm", "rotary_embedding", "flash_fwd_varlen", "flash_decode", "gemm_pair")}
 
 
 def chosen_families(families: list[str] | None = None) -> list[str]:

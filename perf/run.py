@@ -62,6 +62,8 @@ def case_metrics(case, ours: float, baselines: dict[str, float], ceil: dict) -> 
         metrics["frac_of_copy"] = round(metrics["TBps"] / ceil["copy_TBps"], 3)
         if case.read_dominated and ceil.get("read_TBps"):
             metrics["frac_of_read"] = round(metrics["TBps"] / ceil["read_TBps"], 3)
+            if case.floor_metric:
+                metrics["frac_of_floor"] = metrics["frac_of_read"]
     if case.flops:
         metrics["tflops"] = round(case.flops / ours / 1e6, 1)
         metrics["frac_of_matmul"] = round(metrics["tflops"] / ceil["matmul_bf16_tflops"], 3)
@@ -189,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     import cute_ops
 
     families = chosen_families([f for f in args.families.split(",") if f] if args.families else None)
-    missing = [f for f in families if not cute_ops.cuda_kernels_available(FAMILY_OPS.get(f, f))]
+    missing = [f for f in families if not all(map(cute_ops.cuda_kernels_available, FAMILY_OPS[f]))]
     if missing:
         raise SystemExit(f"cute_ops was built without the CUDA kernels of {missing}: "
                          "`pip install --no-build-isolation -e .` (CUTE_OPS_FAMILIES unset builds all)")

@@ -1,0 +1,103 @@
+"""Benchmark cases for the LLaMA model (cute_ops.models.llama): a decode step and a prefill of the
+LLaMA-3-8B shape with random bf16 weights, ours against `gptfast_compile` (perf/llama_baseline.py:
+a gpt-fast-style model with a static KV cache, through torch.compile(mode="reduce-overhead",
+fullgraph=True) for decode, as gpt-fast compiles it; fullgraph for prefill). Both are timed as
+back-to-back calls of one step, each a CUDA graph replay (ours: Generator.decode_step; the
+baseline: its cudagraph tree). Bytes of a decode step = the weights plus the K/V rows it reads;
+their read at the read ceiling is the step's floor (frac_of_floor). transformers' eager model is
+not timed yet (see docs/perf-notes.md)."""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from cute_ops.models.llama import PRESETS, Generator, Llama, PagedKVCache
+from cute_ops.models.llama.generate import _Sequence
+from harness import Case
+from llama_baseline import GptFastLlama
+
+MODEL = "llama3-8b"
+DECODE_BATCHES = [1, 8, 32, 64]
+DECODE_CTXS = [512, 4096]
+PREFILLS = [(1, 4096), (8, 512)]
+PAGE_SIZE = 64
+
+
+@functools.cache
+def _model() -> Llama:
+    return Llama.random(PRESETS[MODEL])
+
+
+def _kv_bytes(batch: int, ctx: int) -> int:
+    cfg = PRESETS[MODEL]
+    return batch * ctx * 2 * cfg.num_layers * cfg.kv_size * 2
+
+
+def _fits(batch: int, ctx: int) -> bool:
+    """Whether our cache and the baseline's fit beside the weights (16 GB, and 12 GB of merged
+    gate/up for the baseline) with 10% to spare."""
+    try:
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    except (AssertionError, RuntimeError):  # no GPU here: list every case
+        return True
+    return 28e9 + 2.1 * _kv_bytes(batch, ctx) < 0.9 * total
+
+
+def _decode_case(batch: int, ctx: int) -> Case:
+    cfg = PRESETS[MODEL]
+    weights = (sum(p.numel() for p in Llama(cfg, device="meta").layers.parameters()) + cfg.vocab_size
+               * cfg.hidden_size) * 2
+
+    def setup():
+        model = _model()
+        cache = PagedKVCache.for_tokens(cfg, batch * (ctx + PAGE_SIZE), PAGE_SIZE, max_seq_len=ctx + PAGE_SIZE)
+        cache.k.normal_()
+        cache.v.normal_()
+        runner = Generator(model, cache, max_batch=batch)
+        running = []
+        for s in range(batch):
+            cache.allocator.allocate(s, ctx + 8)
+            running.append(_Sequence(request=s, seq_id=s, length=ctx, last=1))
+        runner._load_batch(running)  # every step: the token at position ctx of each sequence
+        base = GptFastLlama(model, batch, ctx + 16)
+        step = torch.compile(base, mode="reduce-overhead", fullgraph=True)
+        idx = torch.ones(batch, 1, dtype=torch.int64, device="cuda")
+        pos = torch.tensor([ctx], device="cuda")
+        return {"ours": lambda: runner.decode_step(batch), "gptfast_compile": lambda: step(idx, pos)}
+
+    return Case(op="llama_decode", family="llama", shape={"model": MODEL, "B": batch, "ctx": ctx},
+                dtype=torch.bfloat16, setup=setup, bytes=weights + _kv_bytes(batch, ctx),
+                impls=("ours", "gptfast_compile"), eager=("ours", "gptfast_compile"), read_dominated=True,
+                floor_metric=True)
+
+
+def _prefill_case(batch: int, seqlen: int) -> Case:
+    cfg = PRESETS[MODEL]
+
+    def setup():
+        model = _model()
+        cache = PagedKVCache.for_tokens(cfg, batch * (seqlen + PAGE_SIZE), PAGE_SIZE,
+                                        max_seq_len=seqlen + PAGE_SIZE)
+        for s in range(batch):
+            cache.allocator.allocate(s, seqlen)
+        tokens = torch.randint(0, cfg.vocab_size, (batch, seqlen), device="cuda")
+        cu = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seqlen
+        positions = torch.arange(seqlen, device="cuda").repeat(batch)
+        slots = cache.slots(list(range(batch)), [seqlen] * batch).cuda()
+        last = cu[1:] - 1
+        base = GptFastLlama(model, batch, seqlen)
+        prefill = torch.compile(base, fullgraph=True)
+        pos = torch.arange(seqlen, device="cuda")
+        return {"ours": lambda: model.prefill(tokens.flatten(), cu, seqlen, positions, slots, cache, last),
+                "gptfast_compile": lambda: prefill(tokens, pos)}
+
+    flops = 2 * batch * seqlen * (sum(p.numel() for p in Llama(cfg, device="meta").layers.parameters()))
+    return Case(op="llama_prefill", family="llama", shape={"model": MODEL, "B": batch, "Sq": seqlen},
+                dtype=torch.bfloat16, setup=setup, flops=flops, impls=("ours", "gptfast_compile"),
+                eager=("ours", "gptfast_compile"))
+
+
+def cases() -> list[Case]:
+    out = [_decode_case(b, ctx) for ctx in DECODE_CTXS for b in DECODE_BATCHES if _fits(b, ctx)]
+    return out + [_prefill_case(b, s) for b, s in PREFILLS]
