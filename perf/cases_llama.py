@@ -29,6 +29,15 @@ def _model() -> Llama:
     return Llama.random(PRESETS[MODEL])
 
 
+def _fresh_compiler() -> None:
+    """Drop the previous case's compiled baseline and its CUDA-graph memory pools: each case
+    compiles its own shapes, and what the last one held would not fit beside the next one's caches."""
+    torch._dynamo.reset()
+    from torch._inductor import cudagraph_trees
+    cudagraph_trees.reset_cudagraph_trees()
+    torch.cuda.empty_cache()
+
+
 def _kv_bytes(batch: int, ctx: int) -> int:
     cfg = PRESETS[MODEL]
     return batch * ctx * 2 * cfg.num_layers * cfg.kv_size * 2
@@ -50,6 +59,7 @@ def _decode_case(batch: int, ctx: int) -> Case:
                * cfg.hidden_size) * 2
 
     def setup():
+        _fresh_compiler()
         model = _model()
         cache = PagedKVCache.for_tokens(cfg, batch * (ctx + PAGE_SIZE), PAGE_SIZE, max_seq_len=ctx + PAGE_SIZE)
         cache.k.normal_()
@@ -66,7 +76,7 @@ def _decode_case(batch: int, ctx: int) -> Case:
         pos = torch.tensor([ctx], device="cuda")
         return {"ours": lambda: runner.decode_step(batch), "gptfast_compile": lambda: step(idx, pos)}
 
-    return Case(op="llama_decode", family="llama", shape={"model": MODEL, "B": batch, "ctx": ctx},
+    return Case(op="llama_decode", family="llama_decode", shape={"model": MODEL, "B": batch, "ctx": ctx},
                 dtype=torch.bfloat16, setup=setup, bytes=weights + _kv_bytes(batch, ctx),
                 impls=("ours", "gptfast_compile"), eager=("ours", "gptfast_compile"), read_dominated=True,
                 floor_metric=True)
@@ -76,6 +86,7 @@ def _prefill_case(batch: int, seqlen: int) -> Case:
     cfg = PRESETS[MODEL]
 
     def setup():
+        _fresh_compiler()
         model = _model()
         cache = PagedKVCache.for_tokens(cfg, batch * (seqlen + PAGE_SIZE), PAGE_SIZE,
                                         max_seq_len=seqlen + PAGE_SIZE)
@@ -93,11 +104,14 @@ def _prefill_case(batch: int, seqlen: int) -> Case:
                 "gptfast_compile": lambda: prefill(tokens, pos)}
 
     flops = 2 * batch * seqlen * (sum(p.numel() for p in Llama(cfg, device="meta").layers.parameters()))
-    return Case(op="llama_prefill", family="llama", shape={"model": MODEL, "B": batch, "Sq": seqlen},
+    return Case(op="llama_prefill", family="llama_prefill", shape={"model": MODEL, "B": batch, "Sq": seqlen},
                 dtype=torch.bfloat16, setup=setup, flops=flops, impls=("ours", "gptfast_compile"),
                 eager=("ours", "gptfast_compile"))
 
 
-def cases() -> list[Case]:
-    out = [_decode_case(b, ctx) for ctx in DECODE_CTXS for b in DECODE_BATCHES if _fits(b, ctx)]
-    return out + [_prefill_case(b, s) for b, s in PREFILLS]
+def decode_cases() -> list[Case]:
+    return [_decode_case(b, ctx) for ctx in DECODE_CTXS for b in DECODE_BATCHES if _fits(b, ctx)]
+
+
+def prefill_cases() -> list[Case]:
+    return [_prefill_case(b, s) for b, s in PREFILLS]

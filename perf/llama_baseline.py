@@ -24,6 +24,20 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).type_as(x)
 
 
+class _KVCache(torch.nn.Module):
+    def __init__(self, batch, heads, max_seq, head_dim, dtype, device):
+        super().__init__()
+        shape = (batch, heads, max_seq, head_dim)
+        self.register_buffer("k_cache", torch.randn(shape, device=device).to(dtype))
+        self.register_buffer("v_cache", torch.randn(shape, device=device).to(dtype))
+
+    def update(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        k_out, v_out = self.k_cache, self.v_cache
+        k_out[:, :, input_pos] = k
+        v_out[:, :, input_pos] = v
+        return k_out, v_out
+
+
 class GptFastLlama(torch.nn.Module):
     def __init__(self, ours, batch: int, max_seq: int):
         super().__init__()
@@ -34,10 +48,12 @@ class GptFastLlama(torch.nn.Module):
             gate, up = cute_ops.unpack_gate_up(layer.w_gate_up)
             self.layers.append((layer.attn_norm, layer.wqkv, layer.wo, layer.mlp_norm, torch.cat([gate, up]),
                                 layer.w_down))
-        shape = (cfg.num_layers, batch, cfg.num_kv_heads, max_seq, cfg.head_dim)
+        # One cache module per layer, written with an index_put on the whole buffer, as gpt-fast
+        # does: Inductor then updates it in place. (One [layers, ...] buffer written through a
+        # per-layer view is copied back whole on every call under reduce-overhead.)
+        self.kv = torch.nn.ModuleList(_KVCache(batch, cfg.num_kv_heads, max_seq, cfg.head_dim, ours.dtype,
+                                               ours.embed.device) for _ in range(cfg.num_layers))
         device = ours.embed.device
-        self.register_buffer("k_cache", torch.randn(shape, device=device).to(ours.dtype))
-        self.register_buffer("v_cache", torch.randn(shape, device=device).to(ours.dtype))
         self.register_buffer("cos", ours.rope_cos[:max_seq].clone())
         self.register_buffer("sin", ours.rope_sin[:max_seq].clone())
         self.register_buffer("causal", torch.tril(torch.ones(max_seq, max_seq, dtype=torch.bool, device=device)))
@@ -55,9 +71,8 @@ class GptFastLlama(torch.nn.Module):
             q = _rope(q.view(b, s, c.num_heads, c.head_dim), cos, sin).transpose(1, 2)
             k = _rope(k.view(b, s, c.num_kv_heads, c.head_dim), cos, sin).transpose(1, 2)
             v = v.view(b, s, c.num_kv_heads, c.head_dim).transpose(1, 2)
-            self.k_cache[i][:, :, input_pos] = k
-            self.v_cache[i][:, :, input_pos] = v
-            y = F.scaled_dot_product_attention(q, self.k_cache[i], self.v_cache[i], attn_mask=mask, enable_gqa=True)
+            k, v = self.kv[i].update(input_pos, k, v)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
             x = x + F.linear(y.transpose(1, 2).reshape(b, s, c.q_size), wo)
             gate, up = F.linear(_rms_norm(x, mlp_norm, c.rms_norm_eps), w13).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, w2)

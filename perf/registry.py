@@ -10,11 +10,13 @@ import cases_rope
 from harness import Case
 
 FAMILIES = {"norm": cases_norm.cases, "rope": cases_rope.cases, "flash_fwd": cases_flash.cases,
-            "flash_decode": cases_decode.cases, "gemm_pair": cases_gemm_pair.cases, "llama": cases_llama.cases}
+            "flash_decode": cases_decode.cases, "gemm_pair": cases_gemm_pair.cases,
+            "llama_decode": cases_llama.decode_cases, "llama_prefill": cases_llama.prefill_cases}
 # The ops whose CUDA kernels must be built for a family's cases to run.
 FAMILY_OPS = {"norm": ("rms_norm",), "rope": ("rotary_embedding",), "flash_fwd": ("flash_fwd",),
               "flash_decode": ("flash_decode",), "gemm_pair": ("gemm_pair",),
-              "llama": ("rms_norm", "rotary_embedding", "flash_fwd_varlen", "flash_decode", "gemm_pair")}
+              "llama_decode": ("rms_norm", "rotary_embedding", "flash_decode", "gemm_pair"),
+              "llama_prefill": ("rms_norm", "rotary_embedding", "flash_fwd_varlen", "gemm_pair")}
 
 
 def chosen_families(families: list[str] | None = None) -> list[str]:

@@ -183,7 +183,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="results file (default: perf/results/<gpu>.json, copied to perf/results/latest.json)")
     ap.add_argument("--replace", action="store_true",
                     help="with --families: start the results file afresh instead of merging into it")
+    ap.add_argument("--match", help="comma list: only the cases whose id contains one of these (a trial: needs "
+                                    "--out, since a results file holds whole families)")
     args = ap.parse_args(argv)
+    match = [m for m in (args.match or "").split(",") if m]
+    if match and args.out is None:
+        ap.error("--match needs --out: the per-GPU results files hold whole families")
     if not torch.cuda.is_available():
         print("perf/run.py: nothing measured: it needs a CUDA GPU and cute_ops built with its CUDA kernels "
               "(`pip install --no-build-isolation -e .` on a machine with nvcc)")
@@ -198,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
 
     device, sha = torch.cuda.get_device_name(), commit()
     out = args.out or RESULTS / f"{gpu_slug(device)}.json"
-    subset = set(families) != set(FAMILIES) and not args.replace
+    subset = set(families) != set(FAMILIES) and not args.replace and not match
     existing = json.loads(out.read_text()) if subset and out.exists() else None
     refusal = merge_refusal(existing, out, device, sha, families) if subset else None
     if refusal:
@@ -215,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     for family in families:
         t0 = time.perf_counter()
         for case in FAMILIES[family]():
+            if match and not any(m in case.id for m in match):
+                continue
             r = measure(case, ceil)
             print(f"  {case.id}: ours {r['ours_us']} us, baselines {r['baselines_us']}", flush=True)
             results.append(r)
