@@ -51,6 +51,15 @@ def test_config_from_llama3_json():
     assert cfg == cute_ops.models.llama.PRESETS["llama3-8b"]
 
 
+def test_config_from_transformers5_rope_parameters():
+    hf = {k: v for k, v in LLAMA3_8B_JSON.items() if k not in ("rope_theta", "rope_scaling")}
+    hf["rope_parameters"] = {"rope_theta": 500000.0, **LLAMA3_8B_JSON["rope_scaling"]}
+    assert LlamaConfig.from_hf(hf) == LlamaConfig.from_hf(LLAMA3_8B_JSON)
+    plain = {**LLAMA2_7B_JSON, "rope_parameters": {"rope_type": "default", "rope_theta": 20000.0}}
+    cfg = LlamaConfig.from_hf(plain)
+    assert cfg.rope_theta == 20000.0 and cfg.rope_scaling is None
+
+
 def test_config_from_llama2_json_defaults():
     cfg = LlamaConfig.from_hf(LLAMA2_7B_JSON)
     assert cfg.num_kv_heads == 32 and cfg.head_dim == 128 and cfg.rope_scaling is None

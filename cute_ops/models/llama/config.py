@@ -58,13 +58,16 @@ class LlamaConfig:
             raise ValueError(f"LlamaConfig.from_hf: config.json lacks {e.args[0]!r}") from None
         cfg["head_dim"] = hf.get("head_dim") or hidden // heads
         cfg["rms_norm_eps"] = hf.get("rms_norm_eps", 1e-6)
-        cfg["rope_theta"] = hf.get("rope_theta", 10000.0)
+        # transformers >= 5 writes the RoPE settings as one "rope_parameters" dict (theta included);
+        # earlier configs have "rope_theta" and "rope_scaling".
+        rope = hf.get("rope_parameters") or {}
+        cfg["rope_theta"] = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
         cfg["max_position"] = hf.get("max_position_embeddings", 4096)
         cfg["tie_word_embeddings"] = bool(hf.get("tie_word_embeddings", False))
         cfg["bos_token_id"] = hf.get("bos_token_id")
         eos = hf.get("eos_token_id")
         cfg["eos_token_ids"] = tuple(eos) if isinstance(eos, (list, tuple)) else (() if eos is None else (eos,))
-        scaling = hf.get("rope_scaling")
+        scaling = rope if rope.get("rope_type", "default") != "default" else hf.get("rope_scaling")
         if scaling:
             kind = scaling.get("rope_type", scaling.get("type"))
             if kind == "llama3":
