@@ -352,3 +352,16 @@ def test_prefill_mlp_through_cublas_matches_the_unpacked_math():
     with torch.inference_mode():
         out = model._mlp(h.bfloat16(), model.layers[0])
     assert_close_to_reference(out, mlp(h, torch.float64), mlp(h, torch.bfloat16), k=2)
+
+
+@pytest.mark.gpu
+def test_command_runs_a_checkpoint_directory(tmp_path, capsys):
+    # A tiny HF model saved by transformers itself (config.json + safetensors), run by the command.
+    from cute_ops.models.llama.__main__ import main
+    cfg = _tiny()
+    hf = _hf_models(cfg, _hf_state_dict(cfg), [torch.bfloat16])[torch.bfloat16]
+    hf.save_pretrained(str(tmp_path))
+    main(["--checkpoint", str(tmp_path), "--batch", "2", "--prompt-len", "9", "--new-tokens", "6"])
+    out = capsys.readouterr().out
+    assert "3 layers, hidden 512" in out and "batch 2" in out
+    assert "prefill: 18 tokens" in out and "ms/step over 5 steps" in out
