@@ -55,8 +55,7 @@ def _fits(batch: int, ctx: int) -> bool:
 
 def _decode_case(batch: int, ctx: int) -> Case:
     cfg = PRESETS[MODEL]
-    weights = (sum(p.numel() for p in Llama(cfg, device="meta").layers.parameters()) + cfg.vocab_size
-               * cfg.hidden_size) * 2
+    weights = Llama(cfg, device="meta").weight_bytes  # what a step reads of the weights
 
     def setup():
         _fresh_compiler()

@@ -14,6 +14,9 @@
 #include <initializer_list>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "common/dtype.h"
 
 namespace cute_ops {
 
@@ -64,7 +67,7 @@ inline void check_device(const at::Tensor& t, const at::Tensor& ref, const char*
                     ref.device());
 }
 
-inline void check_dtype_in(const at::Tensor& t, std::initializer_list<at::ScalarType> allowed, const char* op,
+inline void check_dtype_in(const at::Tensor& t, c10::ArrayRef<at::ScalarType> allowed, const char* op,
                            const char* name) {
   for (at::ScalarType a : allowed) {
     if (t.scalar_type() == a) return;
@@ -72,6 +75,23 @@ inline void check_dtype_in(const at::Tensor& t, std::initializer_list<at::Scalar
   std::string names;
   for (at::ScalarType a : allowed) names += (names.empty() ? "" : ", ") + dtype_name(a).substr(6);
   TORCH_CHECK_TYPE(false, op, ": ", name, " must have dtype in (", names, "), got ", dtype_name(t.scalar_type()));
+}
+
+// A generated supported set (csrc/<family>/<family>_supported.h) as ScalarTypes, for check_dtype_in.
+inline at::ScalarType scalar_type_of(DType d) {
+  switch (d) {
+    case DType::kFloat16: return at::kHalf;
+    case DType::kBFloat16: return at::kBFloat16;
+    case DType::kFloat32: return at::kFloat;
+  }
+  return at::kFloat;
+}
+
+template <size_t N>
+void check_dtype_in(const at::Tensor& t, const DType (&allowed)[N], const char* op, const char* name) {
+  std::vector<at::ScalarType> types;
+  for (DType d : allowed) types.push_back(scalar_type_of(d));
+  check_dtype_in(t, types, op, name);
 }
 
 inline void check_same_dtype(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* name,

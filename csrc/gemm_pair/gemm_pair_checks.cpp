@@ -57,13 +57,7 @@ void check_gemm_pair(const at::Tensor& a, const at::Tensor& b0, const at::Tensor
                      int64_t block_m, int64_t lag) {
   // a [m, k]: fp16/bf16 (the dtypes with kernels), rows of whole 16-byte vectors.
   check_device(a, a, kOp, "a", "a");
-  bool dtype_ok = false;
-  std::string dtypes;
-  for (DType d : sets::kDtypes) {
-    dtype_ok |= dtype_name(a.scalar_type()) == std::string("torch.") + dtype_name(d);
-    dtypes += (dtypes.empty() ? "" : ", ") + std::string(dtype_name(d));
-  }
-  TORCH_CHECK_TYPE(dtype_ok, kOp, ": a must have dtype in (", dtypes, "), got ", dtype_name(a.scalar_type()));
+  check_dtype_in(a, sets::kDtypes, kOp, "a");
   check_dims(a, 2, kOp, "a");
   const c10::SymInt k = a.sym_size(1);
   TORCH_CHECK_VALUE(k >= 1 && k % 8 == 0, kOp, ": k (a's last dim) must be a positive multiple of 8 (16-byte vectors), "
