@@ -4,8 +4,9 @@ a gpt-fast-style model with a static KV cache, through torch.compile(mode="reduc
 fullgraph=True) for decode, as gpt-fast compiles it; fullgraph for prefill). Both are timed as
 back-to-back calls of one step, each a CUDA graph replay (ours: Generator.decode_step; the
 baseline: its cudagraph tree). Bytes of a decode step = the weights plus the K/V rows it reads;
-their read at the read ceiling is the step's floor (frac_of_floor). transformers' eager model is
-not timed yet (see docs/perf-notes.md)."""
+their read at the read ceiling is the step's floor (frac_of_floor). `hf_eager` is transformers'
+LlamaForCausalLM on the same weights, eager attention, run eagerly (its decode over a StaticCache
+held at position ctx), where its cache fits beside the other two."""
 from __future__ import annotations
 
 import functools
@@ -15,7 +16,7 @@ import torch
 from cute_ops.models.llama import PRESETS, Generator, Llama, PagedKVCache
 from cute_ops.models.llama.generate import _Sequence
 from harness import Case
-from llama_baseline import GptFastLlama
+from llama_baseline import GptFastLlama, hf_eager_llama, hf_static_cache
 
 MODEL = "llama3-8b"
 DECODE_BATCHES = [1, 8, 32, 64]
@@ -43,14 +44,31 @@ def _kv_bytes(batch: int, ctx: int) -> int:
     return batch * ctx * 2 * cfg.num_layers * cfg.kv_size * 2
 
 
-def _fits(batch: int, ctx: int) -> bool:
-    """Whether our cache and the baseline's fit beside the weights (16 GB, and 12 GB of merged
-    gate/up for the baseline) with 10% to spare."""
+def _fits(batch: int, ctx: int, caches: int = 2) -> bool:
+    """Whether `caches` KV caches of this size (ours, the gpt-fast baseline's, transformers')
+    fit beside the weights (16 GB, and 12 GB of merged gate/up for the baselines) with 10% to spare."""
     try:
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     except (AssertionError, RuntimeError):  # no GPU here: list every case
         return True
-    return 28e9 + 2.1 * _kv_bytes(batch, ctx) < 0.9 * total
+    return 28e9 + (caches + 0.1) * _kv_bytes(batch, ctx) < 0.9 * total
+
+
+def _hf_decode_step(model, batch: int, ctx: int):
+    """transformers' decode step at position ctx over a StaticCache of random contents. The cache
+    counts the tokens it has stored and would move on at every call; each call first sets that
+    count back to ctx (32 one-element fills, next to nothing beside the step)."""
+    cache = hf_static_cache(model, batch, ctx + 16)
+    idx = torch.ones(batch, 1, dtype=torch.int64, device="cuda")
+    position_ids = torch.full((batch, 1), ctx, dtype=torch.int64, device="cuda")
+
+    @torch.no_grad()
+    def step():
+        for layer in cache.layers:
+            layer.cumulative_length.fill_(ctx)
+        return model(input_ids=idx, past_key_values=cache, position_ids=position_ids, use_cache=True).logits
+
+    return step
 
 
 def _decode_case(batch: int, ctx: int) -> Case:
@@ -73,12 +91,16 @@ def _decode_case(batch: int, ctx: int) -> Case:
         step = torch.compile(base, mode="reduce-overhead", fullgraph=True)
         idx = torch.ones(batch, 1, dtype=torch.int64, device="cuda")
         pos = torch.tensor([ctx], device="cuda")
-        return {"ours": lambda: runner.decode_step(batch), "gptfast_compile": lambda: step(idx, pos)}
+        impls = {"ours": lambda: runner.decode_step(batch), "gptfast_compile": lambda: step(idx, pos)}
+        if with_hf:
+            impls["hf_eager"] = _hf_decode_step(hf_eager_llama(model, base), batch, ctx)
+        return impls
 
+    with_hf = _fits(batch, ctx, caches=3)
+    impls = ("ours", "gptfast_compile") + (("hf_eager",) if with_hf else ())
     return Case(op="llama_decode", family="llama_decode", shape={"model": MODEL, "B": batch, "ctx": ctx},
                 dtype=torch.bfloat16, setup=setup, bytes=weights + _kv_bytes(batch, ctx),
-                impls=("ours", "gptfast_compile"), eager=("ours", "gptfast_compile"), read_dominated=True,
-                floor_metric=True)
+                impls=impls, eager=impls, read_dominated=True, floor_metric=True)
 
 
 def _prefill_case(batch: int, seqlen: int) -> Case:
@@ -99,13 +121,15 @@ def _prefill_case(batch: int, seqlen: int) -> Case:
         base = GptFastLlama(model, batch, seqlen)
         prefill = torch.compile(base, fullgraph=True)
         pos = torch.arange(seqlen, device="cuda")
+        hf = hf_eager_llama(model, base)
         return {"ours": lambda: model.prefill(tokens.flatten(), cu, seqlen, positions, slots, cache, last),
-                "gptfast_compile": lambda: prefill(tokens, pos)}
+                "gptfast_compile": lambda: prefill(tokens, pos),
+                "hf_eager": torch.no_grad()(lambda: hf(input_ids=tokens, use_cache=False).logits)}
 
     flops = 2 * batch * seqlen * (sum(p.numel() for p in Llama(cfg, device="meta").layers.parameters()))
+    impls = ("ours", "gptfast_compile", "hf_eager")
     return Case(op="llama_prefill", family="llama_prefill", shape={"model": MODEL, "B": batch, "Sq": seqlen},
-                dtype=torch.bfloat16, setup=setup, flops=flops, impls=("ours", "gptfast_compile"),
-                eager=("ours", "gptfast_compile"))
+                dtype=torch.bfloat16, setup=setup, flops=flops, impls=impls, eager=impls)
 
 
 def decode_cases() -> list[Case]:

@@ -3,7 +3,10 @@ static KV cache per layer, [batch, kv_heads, max_seq, head_dim], written at inpu
 a causal mask over the whole cache and grouped-query heads; RMSNorm in float32; gate and up as one
 merged matmul), meant to be compiled with torch.compile(mode="reduce-overhead", fullgraph=True) as
 gpt-fast does. It shares our model's weights where the layout is the same (embedding, fused QKV,
-o_proj, down, norms, output) and holds gate/up merged as [gate; up]."""
+o_proj, down, norms, output) and holds gate/up merged as [gate; up].
+
+`hf_eager_llama` is the other baseline: transformers' own LlamaForCausalLM, eager attention, run
+eagerly over a StaticCache, on the same weights (views, no copies)."""
 from __future__ import annotations
 
 import torch
@@ -77,3 +80,61 @@ class GptFastLlama(torch.nn.Module):
             gate, up = F.linear(_rms_norm(x, mlp_norm, c.rms_norm_eps), w13).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, w2)
         return F.linear(_rms_norm(x, self.norm, c.rms_norm_eps), self.output).float()
+
+
+def hf_eager_llama(ours, baseline: GptFastLlama):
+    """transformers' LlamaForCausalLM (attn_implementation="eager") on `ours`'s weights: built on
+    the meta device, then given views (q, k and v as row blocks of the fused QKV; gate and up as
+    the halves of the gpt-fast baseline's merged copy), so that it allocates no weights of its own."""
+    import transformers
+
+    c = ours.config
+    rope = {"rope_type": "default", "rope_theta": c.rope_theta}
+    if c.rope_scaling is not None:
+        rope = {"rope_type": "llama3", "rope_theta": c.rope_theta, "factor": c.rope_scaling.factor,
+                "low_freq_factor": c.rope_scaling.low_freq_factor,
+                "high_freq_factor": c.rope_scaling.high_freq_factor,
+                "original_max_position_embeddings": c.rope_scaling.original_max_position}
+    hf_cfg = transformers.LlamaConfig(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads, num_key_value_heads=c.num_kv_heads,
+        head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps, max_position_embeddings=c.max_position,
+        tie_word_embeddings=False, rope_parameters=rope, attn_implementation="eager", dtype=ours.dtype)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(hf_cfg)
+    sd = {"model.embed_tokens.weight": ours.embed, "model.norm.weight": ours.norm,
+          "lm_head.weight": ours.output_weight}
+    for i, (layer, merged) in enumerate(zip(ours.layers, baseline.layers)):
+        p = f"model.layers.{i}."
+        q, k, v = layer.wqkv.split([c.q_size, c.kv_size, c.kv_size])
+        gate, up = merged[4].chunk(2)
+        sd.update({p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+                   p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": layer.wo,
+                   p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
+                   p + "mlp.down_proj.weight": layer.w_down, p + "input_layernorm.weight": layer.attn_norm,
+                   p + "post_attention_layernorm.weight": layer.mlp_norm})
+    # Detached views: load_state_dict(assign=True) would otherwise switch on requires_grad of the
+    # tensors given that are Parameters already (ours are), and with it autograd in the other models.
+    model.load_state_dict({name: t.detach() for name, t in sd.items()}, strict=True, assign=True)
+    model.requires_grad_(False)
+    # Non-persistent buffers (the RoPE frequencies) are not in a state dict: made again on the GPU.
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=hf_cfg).to(ours.embed.device)
+    return model.eval()
+
+
+def hf_static_cache(model, batch: int, max_seq: int, fill: bool = True):
+    """A transformers StaticCache of `max_seq` positions for `batch` sequences, its layers
+    allocated now (random contents when `fill`, as the other caches of a benchmark)."""
+    import transformers
+
+    cache = transformers.StaticCache(config=model.config, max_cache_len=max_seq)
+    cfg = model.config
+    dtype, device = model.lm_head.weight.dtype, model.lm_head.weight.device
+    shape = (batch, cfg.num_key_value_heads, 1, cfg.head_dim)
+    for i, layer in enumerate(cache.layers):  # allocate each layer's buffers, as a first update would
+        k = torch.zeros(shape, dtype=dtype, device=device)
+        layer.lazy_initialization(k, k)
+        if fill:
+            layer.keys.normal_()
+            layer.values.normal_()
+    return cache

@@ -39,6 +39,8 @@ BASELINES = {
     "gptfast_compile": ("for the LLaMA model: a gpt-fast-style model in plain PyTorch with a static KV cache "
                         "(perf/llama_baseline.py), same weights, through `torch.compile(mode=\"reduce-overhead\", "
                         "fullgraph=True)` (decode) or `torch.compile(fullgraph=True)` (prefill)"),
+    "hf_eager": ("transformers' `LlamaForCausalLM` on the same weights, eager attention, run eagerly: decode over "
+                 "its `StaticCache`, prefill without a cache"),
 }
 
 

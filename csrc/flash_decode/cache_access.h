@@ -10,8 +10,8 @@ using index_t = FlashDecodeParams::index_t;
 
 // A sequence's extent, checked before any use: cache_seqlens[b] >= 0, the appended tokens fit the
 // cache (contiguous) or the block table's pages (paged), and their positions have rows in the
-// rotary table. The append and attention kernels both check this way, so they agree on which
-// sequences to skip: a bad one gets no cache writes and NaN outputs (ok = false, seqlen = 0).
+// rotary table. Every CTA of the attention kernel checks its sequence this way, so they agree on
+// which sequences to skip: a bad one gets no cache writes and NaN outputs (ok = false, seqlen = 0).
 struct SequenceExtent {
   bool ok;
   int cached;  // keys in the cache before the append

@@ -1,8 +1,7 @@
-// Picks the instantiation for a call's (dtype, head dim) on the current device, after the append
-// kernel when the call brings new tokens. Includes no kernel code: the instantiations are compiled
-// in their own translation units (instantiations/*.cu; the append kernel in
-// flash_decode_append.cu), and the generated flash_decode_dispatch.h declares them and holds the
-// table (csrc/generate_instantiations.py writes all three).
+// Picks the instantiation for a call's (dtype, head dim) on the current device. Includes no
+// kernel code: the instantiations are compiled in their own translation units
+// (instantiations/*.cu), and the generated flash_decode_dispatch.h declares them and holds the
+// table (csrc/generate_instantiations.py writes both).
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -13,8 +12,6 @@
 #include "flash_decode/flash_decode_supported.h"
 
 namespace cute_ops {
-
-void run_flash_decode_append(const FlashDecodeParams& p, cudaStream_t stream);
 
 bool flash_decode_supports_head_dim(int d) {
   return supported::flash_decode::contains(supported::flash_decode::kHeadDims, d);
@@ -43,7 +40,6 @@ int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int max
 void run_flash_decode(const FlashDecodeParams& p, cudaStream_t stream) {
   const DType dtype = p.is_bf16 ? DType::kBFloat16 : DType::kFloat16;
   const int major = flash_decode_dispatch::current_major();
-  // Picked before the append kernel runs: a call that cannot attend must not write the caches.
   void (*run)(const FlashDecodeParams&, cudaStream_t) = nullptr;
   flash_decode_dispatch::dispatch(major, dtype, p.d, [&](auto kernel) { run = &decltype(kernel)::run; });
   if (run == nullptr) {
@@ -53,7 +49,6 @@ void run_flash_decode(const FlashDecodeParams& p, cudaStream_t stream) {
                                 ", head dim " + std::to_string(p.d) + " on a device of compute capability " +
                                 std::to_string(major) + ".x");
   }
-  if (p.seqlen_new > 0) run_flash_decode_append(p, stream);
   run(p, stream);
 }
 

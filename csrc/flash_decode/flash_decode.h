@@ -1,6 +1,6 @@
 #pragma once
 // Flash-Decoding over a KV cache: the torch-free interface between the op glue
-// (flash_decode_op.cpp) and the kernels (append, split-KV attention, combine).
+// (flash_decode_op.cpp) and the kernels (split-KV attention with the append, combine).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -13,7 +13,7 @@ namespace cute_ops {
 struct FlashDecodeParams {
   using index_t = int64_t;
 
-  // q [b, sq, h, d] (or the rotated copy the append kernel wrote), strides in elements.
+  // q [b, sq, h, d] as the caller gave it (the attention kernel rotates it), strides in elements.
   const void* q;
   index_t q_batch_stride, q_row_stride, q_head_stride;
 
@@ -42,8 +42,6 @@ struct FlashDecodeParams {
   const void* v_new;
   index_t knew_batch_stride, knew_row_stride, knew_head_stride;
   index_t vnew_batch_stride, vnew_row_stride, vnew_head_stride;
-  const void* q_in;  // the caller's q, read by the append kernel when it writes the rotated q
-  index_t qin_batch_stride, qin_row_stride, qin_head_stride;
   // Rotate-half RoPE of q and k_new at positions cache_seqlens[b] + i: cos and sin
   // [rotary_rows, rotary_dim / 2], row stride rotary_stride; nullptr: none.
   const void* rotary_cos;

@@ -8,6 +8,9 @@
 // (S = Q K^T, online softmax, O += P V, Q and P in registers) on its own 16 keys of every tile,
 // so the CTA ends with one (O, lse) per warp, merged through shared memory. With one split the
 // CTA writes the output; otherwise float32 partials that flash_decode_combine merges by lse.
+// New tokens (k_new / v_new) are appended by this kernel too (new_tokens.h): their keys and values
+// reach shared memory from k_new / v_new, never through the cache, and one CTA per kv head writes
+// them to the cache for later calls.
 //
 // Partition names as in flash_fwd: tSrQ = thread's register fragment of Q for the S MMA, etc.
 #include <cute/tensor.hpp>
@@ -21,6 +24,7 @@
 #include "flash_decode/cache_access.h"
 #include "flash_decode/flash_decode.h"
 #include "flash_decode/kernel_traits.h"
+#include "flash_decode/new_tokens.h"
 #include "flash_decode/trace.h"
 
 
@@ -66,17 +70,19 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const int chunk_col = (tid % Traits::kChunksPerRow) * Traits::kElemsPerChunk;
   const int chunk_row = tid / Traits::kChunksPerRow;
 
-  // Nothing global is touched before the previous kernel (the append kernel, or whatever ran
-  // before the op) has finished; the combine kernel may be scheduled from here on.
+  // Nothing global is touched before the previous kernel (whatever ran before the op, which may
+  // have written q, k_new and v_new) has finished; the combine kernel may be scheduled from here on.
   DECODE_TRACE(0);
   wait_for_previous_grid();
   allow_dependent_launch();
   DECODE_TRACE(1);
 
-  // Q rows, zero past the last packed row; issued before the length is read, as it needs none.
-  {
+  // Q rows, zero past the last packed row; without RoPE issued before the length is read, as it
+  // needs none.
+  const Element* q = static_cast<const Element*>(p.q);
+  const bool rotate_q = p.rotary_cos != nullptr && p.seqlen_new > 0;
+  if (!rotate_q) {
     Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr), typename Traits::SmemLayoutQ{});
-    const Element* q = static_cast<const Element*>(p.q);
 #pragma unroll
     for (int r0 = 0; r0 < kBlockM; r0 += Traits::kRowsPerPass) {
       const int r = m_block * kBlockM + r0 + chunk_row;
@@ -90,6 +96,23 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // reads page 0 instead, and reported after the loop, away from the loads).
   const SequenceExtent extent = check_sequence(p, bidb, /*report=*/tid == 0);
   const int seqlen = extent.seqlen;
+  // Keys below `cached` come from the cache; the new tokens' keys [cached, seqlen) from k_new/v_new.
+  const int cached = p.seqlen_new > 0 ? extent.cached : seqlen;
+  if (rotate_q) {
+    // Rotated at the token's position (plain stores: the first tile's barrier publishes them). A
+    // bad sequence has no valid position; its rows stay unrotated and its outputs are NaN.
+    Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr), typename Traits::SmemLayoutQ{});
+    for (int u = tid; u < kBlockM * kHeadDim; u += Traits::kNThreads) {
+      const int r0 = u / kHeadDim, j = u % kHeadDim;
+      const int r = m_block * kBlockM + r0;
+      float v = 0.f;
+      if (r < rows) {
+        const Element* x = q + q_row_offset(r);
+        v = extent.ok ? rope_element(p, x, j, extent.cached + r / group) : static_cast<float>(x[j]);
+      }
+      sQ(r0, j) = static_cast<Element>(v);
+    }
+  }
   bool poisoned = !extent.ok;
   int bad_page_key = -1, bad_page = 0;
   const int n_tiles = (seqlen + kBlockN - 1) / kBlockN;
@@ -110,7 +133,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     for (int r0 = 0; r0 < kBlockN; r0 += Traits::kRowsPerPass) {
       const int r = r0 + chunk_row;
       const int key = tile * kBlockN + r;
-      const bool valid = key < seqlen;
+      const bool valid = key < cached;  // new keys: zeros here, written by put_new_keys
       // r0 / 16 is r's group (a pass covers at most 16 rows): a constant register index.
       static_assert(16 % Traits::kRowsPerPass == 0);
       int page = valid ? where.page[r0 / 16] : 0;
@@ -142,6 +165,33 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   }
   fetch_tile_pages(p, bidb, (tile_begin + kStages - 1) * kBlockN, seqlen, ahead);
 
+  // The append, while the first tiles are in flight: split 0's first row block of each kv head
+  // writes the new rows (no CTA of this launch reads them from the cache).
+  if (p.seqlen_new > 0 && extent.ok && split == 0 && m_block == 0) {
+    append_new_tokens<Element>(p, bidb, bidh_k, extent.cached, tid, Traits::kNThreads);
+  }
+
+  // The new tokens' keys and values of tile `tile` into its ring stage, over the zeros load_tile
+  // left there: K rotated, both rounded to Element as the cache holds them. A key whose block
+  // table entry is no page poisons the sequence, as load_tile would have.
+  auto put_new_keys = [&](int tile, int stage) {
+    const int first = max(cached, tile * kBlockN), last = min(seqlen, (tile + 1) * kBlockN);
+    const int units = (last - first) * 2 * kHeadDim;
+    for (int u = tid; u < units; u += Traits::kNThreads) {
+      const int key = first + u / (2 * kHeadDim), is_value = (u / kHeadDim) % 2, j = u % kHeadDim;
+      const int i = key - cached, r = key - tile * kBlockN;
+      Element* slab = ring + ((stage * 2 + is_value) * kNWarps + r / Traits::kWarpKeys) * Traits::kSlabElems;
+      Tensor sSlab = make_tensor(make_smem_ptr(slab), typename Traits::SmemLayoutSlab{});
+      sSlab(r % Traits::kWarpKeys, j) =
+          is_value ? new_value_row<Element>(p, bidb, i, bidh_k)[j]
+                   : static_cast<Element>(rope_element(p, new_key_row<Element>(p, bidb, i, bidh_k), j, key));
+      int page, row;
+      if (j == 0 && !is_value && !locate_key(p, bidb, key, page, row, /*report=*/false)) {
+        poisoned = true, bad_page_key = key, bad_page = page;
+      }
+    }
+  };
+
   typename Traits::TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_thread_slice(lane);
   Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr), typename Traits::SmemLayoutQ{});
@@ -168,6 +218,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     cute::cp_async_wait<kStages - 2>();
     __syncthreads();  // this tile has landed for every thread; every warp is done with the stage refilled next
+    if (p.seqlen_new > 0 && (tile + 1) * kBlockN > cached) {  // CTA-uniform: the tile holds new tokens
+      put_new_keys(tile, (tile - tile_begin) % kStages);
+      __syncthreads();
+    }
     if (tile == tile_begin) {
       DECODE_TRACE(2);
       // Q arrived with the first tile's group.

@@ -1,8 +1,8 @@
 #pragma once
 // Launches of one (dtype, head dim): the split-KV attention kernel, then, with more than one
 // split, the combine kernel. Both are programmatic dependents of the kernel before them
-// (common/pdl.h): the attention kernel of the append kernel or of whatever ran before the op, the
-// combine kernel of the attention kernel. Compiled one instantiation per file (instantiations/).
+// (common/pdl.h): the attention kernel of whatever ran before the op, the combine kernel of the
+// attention kernel. Compiled one instantiation per file (instantiations/).
 #include "common/kernel_attributes.h"
 #include "common/pdl.h"
 #include "flash_decode/flash_decode_combine.h"

@@ -65,7 +65,6 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
 
   p.q = q.data_ptr();
   p.q_batch_stride = q.stride(0), p.q_row_stride = q.stride(1), p.q_head_stride = q.stride(2);
-  at::Tensor q_rotated;
   if (k_new) {
     p.seqlen_new = static_cast<int>(sq);
     p.k_new = k_new->data_ptr(), p.v_new = v_new->data_ptr();
@@ -80,12 +79,6 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
     p.rotary_dim = static_cast<int>(2 * cos.size(1));
     p.rotary_rows = static_cast<int>(cos.size(0));
     p.rotary_fp32 = cos.scalar_type() == at::kFloat;
-    // The attention kernel reads the rotated q that the append kernel writes.
-    q_rotated = at::empty(q.sizes(), q.options());
-    p.q_in = q.data_ptr();
-    p.qin_batch_stride = q.stride(0), p.qin_row_stride = q.stride(1), p.qin_head_stride = q.stride(2);
-    p.q = q_rotated.data_ptr();
-    p.q_batch_stride = q_rotated.stride(0), p.q_row_stride = q_rotated.stride(1), p.q_head_stride = q_rotated.stride(2);
   }
 
   at::Tensor out = at::empty(q.sizes(), q.options());

@@ -24,7 +24,7 @@ from cute_ops.models.llama.__main__ import copy_ceiling_tbs  # noqa: E402
 from cute_ops.models.llama.generate import _Sequence  # noqa: E402
 
 # Kernel name fragments -> the op they belong to (first match wins).
-GROUPS = [("flash_decode", "flash_decode (attention + append + RoPE, combine)"),
+GROUPS = [("flash_decode", "flash_decode (RoPE + append + attention, combine)"),
           ("gemm_pair", "fused_mlp (gate/up, SwiGLU, down)"),
           ("rms_norm", "rms_norm / fused_add_rms_norm"),
           ("embedding", "embedding"), ("indexSelect", "embedding"),
@@ -91,7 +91,7 @@ def main() -> None:
         "fused_mlp (gate/up, SwiGLU, down)": cfg.num_layers * 3 * cfg.intermediate_size * layer * esz,
         "cuBLAS (qkv, o, lm_head)": (cfg.num_layers * (cfg.q_size + 2 * cfg.kv_size + cfg.q_size) * layer
                                      + cfg.vocab_size * layer) * esz,
-        "flash_decode (attention + append + RoPE, combine)": cfg.num_layers * b * args.ctx * 2 * cfg.kv_size * esz,
+        "flash_decode (RoPE + append + attention, combine)": cfg.num_layers * b * args.ctx * 2 * cfg.kv_size * esz,
         "rms_norm / fused_add_rms_norm": 0,
     }
     ceiling = copy_ceiling_tbs("cuda")
