@@ -23,6 +23,7 @@ DECODE_BATCHES = [1, 8, 32, 64]
 DECODE_CTXS = [512, 4096]
 PREFILLS = [(1, 4096), (8, 512)]
 PAGE_SIZE = 64
+STEP_CALLS = 4  # back-to-back steps per timed round (harness.Case.calls)
 
 
 @functools.cache
@@ -100,7 +101,7 @@ def _decode_case(batch: int, ctx: int) -> Case:
     impls = ("ours", "gptfast_compile") + (("hf_eager",) if with_hf else ())
     return Case(op="llama_decode", family="llama_decode", shape={"model": MODEL, "B": batch, "ctx": ctx},
                 dtype=torch.bfloat16, setup=setup, bytes=weights + _kv_bytes(batch, ctx),
-                impls=impls, eager=impls, read_dominated=True, floor_metric=True)
+                impls=impls, eager=impls, read_dominated=True, floor_metric=True, calls=STEP_CALLS)
 
 
 def _prefill_case(batch: int, seqlen: int) -> Case:
@@ -129,7 +130,7 @@ def _prefill_case(batch: int, seqlen: int) -> Case:
     flops = 2 * batch * seqlen * (sum(p.numel() for p in Llama(cfg, device="meta").layers.parameters()))
     impls = ("ours", "gptfast_compile", "hf_eager")
     return Case(op="llama_prefill", family="llama_prefill", shape={"model": MODEL, "B": batch, "Sq": seqlen},
-                dtype=torch.bfloat16, setup=setup, flops=flops, impls=impls, eager=impls)
+                dtype=torch.bfloat16, setup=setup, flops=flops, impls=impls, eager=impls, calls=STEP_CALLS)
 
 
 def decode_cases() -> list[Case]:

@@ -35,6 +35,9 @@ class Case:
     # `bytes` are what the op cannot avoid reading (a model step: its weights and KV rows): their
     # read at the read ceiling is its floor, and frac_of_floor reports how near it runs.
     floor_metric: bool = False
+    # Calls per graph replay or eager round, when fewer than MIN_CALLS will do: a model step of
+    # milliseconds has no launch cost to spread, and transformers' eager one lasts 0.1-0.3 s.
+    calls: int | None = None
 
     @property
     def id(self) -> str:
@@ -145,7 +148,7 @@ def time_case(case: Case) -> tuple[dict[str, float], dict[str, str]]:
     times, with the error as its `how` and on stderr, so that one broken baseline does not cost
     the rest of a run; ours raising stops the run."""
     sets = [case.setup() for _ in range(input_sets(case))]
-    calls = max(MIN_CALLS, len(sets))
+    calls = max(case.calls or MIN_CALLS, len(sets))
     times, how = {}, {}
     for name in sets[0]:
         try:

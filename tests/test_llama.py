@@ -336,7 +336,7 @@ def test_bad_generation_inputs():
 
 
 def test_prefill_mlp_through_cublas_matches_the_unpacked_math():
-    # Prefill-sized batches take the cuBLAS path (Llama._mlp) on the packed weights: the view that
+    # Batches of more than FUSED_MLP_MAX_ROWS rows take the cuBLAS path (Llama._mlp) on the packed weights: the view that
     # splits gate from up must pair each gate row with its own up row.
     from cute_ops.models.llama.model import FUSED_MLP_MAX_ROWS
     cfg = _tiny(intermediate_size=256, hidden_size=512)

@@ -6,8 +6,9 @@ cache). The ops carry the work:
     qkv, o     F.linear over the concatenated q/k/v weights (cuBLAS), and o_proj
     prefill    rotary_embedding in place on q and k, K/V written into their pages, flash_fwd_varlen
     decode     flash_decode: RoPE of q and k_new, the append into the pages and attention, one kernel
-    mlp        fused_mlp: gate/up, SwiGLU and down in one launch (weights packed at load); cuBLAS
-               for prefill-sized batches, where it is faster
+               (and a combine kernel when the keys are split)
+    mlp        fused_mlp: gate/up, SwiGLU and down in one launch (weights packed at load) for up to
+               8 rows; cuBLAS for more, where it is faster
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from .kv_cache import PagedKVCache
 # Head dims with kernels for both attention paths (flash_decode's set is the narrower).
 SUPPORTED_HEAD_DIMS = (64, 128)
 # Rows up to which the MLP runs as fused_mlp; more go through cuBLAS (see Llama._mlp).
-FUSED_MLP_MAX_ROWS = 64
+FUSED_MLP_MAX_ROWS = 8
 
 
 class LlamaLayer(torch.nn.Module):
@@ -101,9 +102,10 @@ class Llama(torch.nn.Module):
         return q, k, v
 
     def _mlp(self, h: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
-        """fused_mlp where it is the faster (decode-sized batches, whose time is the weights' read);
-        for prefill-sized ones the gate/up and down matmuls through cuBLAS, which is ahead of
-        fused_mlp's SM80 tiles from M = 128 (docs/perf-notes.md, gemm_pair), on the same packed
+        """fused_mlp where it is the faster (the smallest decode batches, whose time is the
+        weights' read); above FUSED_MLP_MAX_ROWS rows the gate/up and down matmuls through cuBLAS,
+        ahead of fused_mlp's SM80 tiles from M = 16 on both Hopper GPUs (perf/results, gemm_pair:
+        at M = 16 99 against 107 us on an H200, 136 against 140 on an H100), on the same packed
         weights: pack_gate_up's blocks of 64 gate rows then 64 up rows, split by a view."""
         inter = self.config.intermediate_size
         if h.shape[0] <= FUSED_MLP_MAX_ROWS or inter % GATE_BLOCK:
