@@ -122,19 +122,16 @@ def hf_eager_llama(ours, baseline: GptFastLlama):
     return model.eval()
 
 
-def hf_static_cache(model, batch: int, max_seq: int, fill: bool = True):
-    """A transformers StaticCache of `max_seq` positions for `batch` sequences, its layers
-    allocated now (random contents when `fill`, as the other caches of a benchmark)."""
+def hf_static_cache(model, batch: int, max_seq: int):
+    """A transformers StaticCache of `max_seq` positions for `batch` sequences, its layers allocated
+    now and filled with random values, as the other caches of a benchmark."""
     import transformers
 
-    cache = transformers.StaticCache(config=model.config, max_cache_len=max_seq)
     cfg = model.config
-    dtype, device = model.lm_head.weight.dtype, model.lm_head.weight.device
-    shape = (batch, cfg.num_key_value_heads, 1, cfg.head_dim)
-    for i, layer in enumerate(cache.layers):  # allocate each layer's buffers, as a first update would
-        k = torch.zeros(shape, dtype=dtype, device=device)
-        layer.lazy_initialization(k, k)
-        if fill:
-            layer.keys.normal_()
-            layer.values.normal_()
+    cache = transformers.StaticCache(config=cfg, max_cache_len=max_seq)
+    weight = model.lm_head.weight
+    cache.early_initialization(batch, cfg.num_key_value_heads, cfg.head_dim, weight.dtype, weight.device)
+    for layer in cache.layers:
+        layer.keys.normal_()
+        layer.values.normal_()
     return cache
