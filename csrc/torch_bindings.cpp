@@ -70,6 +70,13 @@ TORCH_LIBRARY(cute_ops, m) {
   // residual += x (in place); out = rms_norm(residual, weight, eps).
   m.def("fused_add_rms_norm(Tensor x, Tensor(a!) residual, Tensor weight, float eps) -> Tensor");
 
+  // ---- gemv (csrc/gemv) -------------------------------------------------------------------
+  // out = act(x' @ weight^T) (+ residual) for x [m <= 8, k], weight [n, k]: x' = rms_norm(x,
+  // norm_weight, eps) when norm_weight is given, else x; activation "none" or "swiglu" (weight
+  // packed by pack_gate_up, out [m, n / 2]); residual [m, out cols] added after rounding.
+  m.def("gemv(Tensor x, Tensor weight, Tensor? norm_weight=None, float eps=1e-06, Tensor? residual=None, "
+        "str activation=\"none\") -> Tensor");
+
   // ---- rope (csrc/rope) -------------------------------------------------------------------
   // Rotate-half RoPE applied in place to q [..., Hq, D] and k [..., Hkv, D] at `positions`;
   // cos_sin_cache [max_position, rot_dim] holds cos in its first rot_dim/2 columns, sin after.

@@ -9,6 +9,7 @@ from .decode import flash_decode
 from .errors import (DeviceDataError, DeviceError, check_errors, get_device_error_mode, read_errors,
                      set_device_error_mode)
 from .flash import flash_attn_func, flash_attn_varlen_func, flash_fwd, flash_fwd_varlen
+from .gemv import gemv
 from .gemm_pair import fused_mlp, gemm_pair, pack_gate_up, unpack_gate_up
 from .norm import fused_add_rms_norm, rms_norm
 from .rope import Llama3RopeScaling, rope_cos_sin_cache, rope_inv_freq, rotary_embedding
@@ -28,6 +29,7 @@ __all__ = [
     "fused_add_rms_norm",
     "fused_mlp",
     "gemm_pair",
+    "gemv",
     "get_device_error_mode",
     "Llama3RopeScaling",
     "pack_gate_up",

@@ -161,3 +161,19 @@ def llama_mlp(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down:
     """LLaMA's MLP as a model writes it (the cuBLAS baseline): down(silu(gate(x)) * up(x))."""
     return torch.nn.functional.linear(torch.nn.functional.silu(torch.nn.functional.linear(x, w_gate))
                                       * torch.nn.functional.linear(x, w_up), w_down)
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
+         residual: torch.Tensor | None = None, activation: str = "none", upcast: bool = True) -> torch.Tensor:
+    """`cute_ops.gemv` as a model writes it: ``rms_norm`` (when norm_weight is given), ``F.linear``,
+    SwiGLU over the packed gate/up weight, ``+ residual``; each step in x's dtype (float64 inputs:
+    the exact reference). ``upcast`` is the norm's."""
+    from .gemm_pair import unpack_gate_up
+
+    h = rms_norm(x, norm_weight, eps, upcast) if norm_weight is not None else x
+    if activation == "swiglu":
+        gate, up = unpack_gate_up(weight)
+        y = torch.nn.functional.silu(torch.nn.functional.linear(h, gate)) * torch.nn.functional.linear(h, up)
+    else:
+        y = torch.nn.functional.linear(h, weight)
+    return y if residual is None else y + residual

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import cute_ops
+from cute_ops.gemv import MAX_ROWS as GEMV_MAX_ROWS
 from harness import Case
 
 HIDDEN, INTER = 4096, 14336
@@ -49,7 +50,7 @@ def _mlp_case(m: int) -> Case:
 
         compiled_mlp = _compiled_mlp()
 
-        return {
+        impls = {
             "ours": lambda: cute_ops.fused_mlp(x, packed, w_down),
             "ours_sequential_row": lambda: cute_ops.fused_mlp(x, packed, w_down, granularity="row"),
             "ours_row_interleaved": lambda: cute_ops.fused_mlp(x, packed, w_down, policy="row_interleaved"),
@@ -59,12 +60,16 @@ def _mlp_case(m: int) -> Case:
             "cublas_eager": lambda: _mlp(x, w_gate_up, w_down),
             "torch_compile": lambda: compiled_mlp(x, w_gate_up, w_down),
         }
+        if m <= GEMV_MAX_ROWS:
+            # The decode model's MLP at these sizes: two gemv launches (SwiGLU, then down).
+            impls["ours_gemv"] = lambda: cute_ops.gemv(cute_ops.gemv(x, packed, activation="swiglu"), w_down)
+        return impls
 
     weight_bytes = 3 * HIDDEN * INTER * 2
     return Case("fused_mlp", "gemm_pair", {"M": m, "H": HIDDEN, "I": INTER}, dtype, setup,
                 bytes=weight_bytes + 2 * m * HIDDEN * 2, flops=6 * m * HIDDEN * INTER,
                 impls=("ours", "ours_sequential_row", "ours_row_interleaved", "ours_overlap", "ours_two_launches",
-                       "cublas_graph", "cublas_eager", "torch_compile"),
+                       "cublas_graph", "cublas_eager", "torch_compile", "ours_gemv"),
                 eager=("cublas_eager",), read_dominated=True)
 
 

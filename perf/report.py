@@ -36,6 +36,8 @@ BASELINES = {
     "cublas_graph": ("cuBLAS through `torch.nn.functional.linear`: the merged [2I, H] gate/up matmul, "
                      "silu(gate) * up as separate kernels, the down matmul; CUDA-graph replayed"),
     "cublas_eager": "the same, eager back-to-back calls (launch costs included)",
+    "cublas_linear": ("for gemv: `torch.nn.functional.linear` alone (cuBLAS, CUDA-graph replayed), the matmul "
+                      "without the norm or residual add that `ours` also does"),
     "gptfast_compile": ("for the LLaMA model: a gpt-fast-style model in plain PyTorch with a static KV cache "
                         "(perf/llama_baseline.py), same weights, through `torch.compile(mode=\"reduce-overhead\", "
                         "fullgraph=True)` (decode) or `torch.compile(fullgraph=True)` (prefill)"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import collections
 import pathlib
+import re
 import sys
 
 import torch
@@ -32,7 +33,16 @@ GROUPS = [("flash_decode", "flash_decode (RoPE + append + attention, combine)"),
           ("nvjet", "cuBLAS (qkv, o, lm_head)"), ("cutlass", "cuBLAS (qkv, o, lm_head)")]
 
 
+# cute_ops' gemv kernels by their template flags <T, norm, residual, swiglu> (batches up to 8).
+GEMV_GROUPS = {("true", "false", "false"): "gemv: qkv, lm_head (norm folded in)",
+               ("false", "true", "false"): "gemv: o, down (residual add folded in)",
+               ("true", "false", "true"): "gemv: gate/up (norm and SwiGLU folded in)"}
+
+
 def group_of(name: str) -> str:
+    flags = re.search(r"gemv_kernel<[^,]+, (\w+), (\w+), (\w+)>", name)
+    if flags:
+        return GEMV_GROUPS.get(flags.groups(), "gemv: other")
     return next((g for key, g in GROUPS if key in name), "other: " + name[:60])
 
 
@@ -93,6 +103,10 @@ def main() -> None:
                                      + cfg.vocab_size * layer) * esz,
         "flash_decode (RoPE + append + attention, combine)": cfg.num_layers * b * args.ctx * 2 * cfg.kv_size * esz,
         "rms_norm / fused_add_rms_norm": 0,
+        GEMV_GROUPS["true", "false", "false"]: (cfg.num_layers * (cfg.q_size + 2 * cfg.kv_size)
+                                                + cfg.vocab_size) * layer * esz,
+        GEMV_GROUPS["false", "true", "false"]: cfg.num_layers * (cfg.q_size + cfg.intermediate_size) * layer * esz,
+        GEMV_GROUPS["true", "false", "true"]: cfg.num_layers * 2 * cfg.intermediate_size * layer * esz,
     }
     ceiling = copy_ceiling_tbs("cuda")
     total_kernels = sum(per_group.values())

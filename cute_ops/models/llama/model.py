@@ -9,6 +9,9 @@ cache). The ops carry the work:
                (and a combine kernel when the keys are split)
     mlp        fused_mlp: gate/up, SwiGLU and down in one launch (weights packed at load) for up to
                8 rows; cuBLAS for more, where it is faster
+    small decode batches (up to gemv.MAX_ROWS sequences): every projection is a gemv that folds the
+               norm before it and the residual add after it, so a layer is qkv, attention, o, gate/up,
+               down: five launches chained by programmatic dependent launch on Hopper
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import torch.nn.functional as F
 from ...decode import flash_decode
 from ...flash import flash_fwd_varlen
 from ...gemm_pair import GATE_BLOCK, fused_mlp
+from ...gemv import MAX_ROWS as GEMV_MAX_ROWS, gemv
 from ...norm import fused_add_rms_norm, rms_norm
 from ...rope import rope_cos_sin_cache, rotary_embedding
 from .config import LlamaConfig
@@ -128,6 +132,19 @@ class Llama(torch.nn.Module):
             mlp_out = self._mlp(h, layer)
         return fused_add_rms_norm(mlp_out, residual, self.norm, eps)
 
+    def _gemv_layers(self, x: torch.Tensor, attention) -> torch.Tensor:
+        """The decoder stack and the output projection for a batch of at most GEMV_MAX_ROWS tokens:
+        the same math as _layers + lm_head, each norm folded into the projection after it and each
+        residual add into the one before it. Returns logits in the model's dtype."""
+        residual, eps = x, self.config.rms_norm_eps
+        for i, layer in enumerate(self.layers):
+            qkv = gemv(residual, layer.wqkv, layer.attn_norm, eps)
+            q, k, v = self._split_qkv(qkv, qkv.shape[:-1])
+            residual = gemv(attention(i, q, k, v).flatten(-2), layer.wo, residual=residual)
+            act = gemv(residual, layer.w_gate_up, layer.mlp_norm, eps, activation="swiglu")
+            residual = gemv(act, layer.w_down, residual=residual)
+        return gemv(residual, self.output_weight, self.norm, eps)
+
     @torch.inference_mode()
     def prefill(self, tokens: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, positions: torch.Tensor,
                 slots: torch.Tensor, cache: PagedKVCache, logits_rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -163,5 +180,7 @@ class Llama(torch.nn.Module):
                                   v.unsqueeze(1), block_table, self.rope_cos, self.rope_sin)
             return out.view(b, *q.shape[1:])
 
-        h = self._layers(F.embedding(tokens, self.embed), attention)
-        return F.linear(h, self.output_weight).float()
+        x = F.embedding(tokens, self.embed)
+        if b <= GEMV_MAX_ROWS:
+            return self._gemv_layers(x, attention).float()
+        return F.linear(self._layers(x, attention), self.output_weight).float()

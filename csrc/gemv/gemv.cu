@@ -1,0 +1,51 @@
+// Launch configuration for gemv: as many CTAs as fit on the GPU at once (at most one per unit of
+// 16 weight rows), each looping over its units, launched as a programmatic dependent of the
+// previous kernel on sm_90 so that its first weight loads overlap that kernel's tail.
+#include <algorithm>
+
+#include "common/cuda_check.h"
+#include "common/device_info.h"
+#include "common/dispatch.cuh"
+#include "common/per_device.h"
+#include "gemv/gemv_kernel.cuh"
+
+namespace cute_ops {
+
+namespace {
+
+template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
+void launch(const GemvParams& p, cudaStream_t stream) {
+  auto* kernel = &gemv::gemv_kernel<T, kNorm, kResidual, kSwiGLU>;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  const DeviceInfo info = device_info(device);
+  static PerDeviceInt ctas_per_sm;
+  const int per_sm = ctas_per_sm.get(device, [&] {
+    int n = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, 0), "gemv occupancy");
+    return std::max(n, 1);
+  });
+  const int64_t ctas = std::min<int64_t>(gemv::num_units(p), static_cast<int64_t>(info.sms) * per_sm);
+  launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads), 0, stream, p);
+}
+
+}  // namespace
+
+void run_gemv(const GemvParams& p, cudaStream_t stream) {
+  if (p.m == 0 || p.out_cols == 0) return;
+  const bool norm = p.norm_weight != nullptr, residual = p.residual != nullptr;
+  const bool swiglu = p.activation == GemvActivation::kSwiGLU;
+  auto by_flags = [&](auto tag) {
+    using T = decltype(tag);
+    CUTE_OPS_BOOL_SWITCH(norm, kNorm, [&] {
+      CUTE_OPS_BOOL_SWITCH(residual, kResidual, [&] {
+        CUTE_OPS_BOOL_SWITCH(swiglu, kSwiGLU, [&] { launch<T, kNorm, kResidual, kSwiGLU>(p, stream); });
+      });
+    });
+  };
+  if (p.dtype == DType::kBFloat16) by_flags(__nv_bfloat16{});
+  else if (p.dtype == DType::kFloat16) by_flags(__half{});
+  else throw std::invalid_argument("gemv: float16 or bfloat16 only");
+}
+
+}  // namespace cute_ops
