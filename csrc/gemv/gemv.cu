@@ -6,6 +6,7 @@
 #include "common/cuda_check.h"
 #include "common/device_info.h"
 #include "common/dispatch.cuh"
+#include "common/kernel_attributes.h"
 #include "common/per_device.h"
 #include "gemv/gemv_kernel.cuh"
 
@@ -19,14 +20,16 @@ void launch(const GemvParams& p, cudaStream_t stream) {
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   const DeviceInfo info = device_info(device);
+  static DynamicSmemOptIn smem_opt_in;
+  smem_opt_in.apply(kernel, gemv::kSmemBytes, "gemv shared memory");
   static PerDeviceInt ctas_per_sm;
   const int per_sm = ctas_per_sm.get(device, [&] {
     int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, 0), "gemv occupancy");
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, gemv::kSmemBytes), "gemv occupancy");
     return std::max(n, 1);
   });
   const int64_t ctas = std::min<int64_t>(gemv::num_units(p), static_cast<int64_t>(info.sms) * per_sm);
-  launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads), 0, stream, p);
+  launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads), gemv::kSmemBytes, stream, p);
 }
 
 }  // namespace

@@ -9,14 +9,19 @@
 // steps w, w + 8, ...) and sum their partials through shared memory; a CTA takes units
 // blockIdx.x, blockIdx.x + gridDim.x, ... and the grid is what fits on the GPU at once.
 //
-// Fragments straight from global memory. Lane (g, c) = (lane / 4, lane % 4) loads 16 bytes of W
-// rows g and g + 8 and of x row g at each column k0 + 32 i + 8 c (i < 4): 4 lanes read 64
-// contiguous bytes of a row per load. The mma's k slots {2c, 2c+1, 2c+8, 2c+9} of lane (g, c)
-// are taken to be these 8 columns, in either operand alike; a dot product does not depend on the
-// order of its terms, so no shuffle or shared-memory staging is needed, and the same 16-byte load
-// feeds A and (for x) B. Each lane keeps the next step's W and x loads in flight while the
-// current step's mma run, across unit boundaries too; the first step's W loads are issued before
-// the wait on the previous kernel (programmatic dependent launch), since W does not depend on it.
+// Fragments without shuffles. Lane (g, c) = (lane / 4, lane % 4) takes 16 bytes of W rows g and
+// g + 8 and of x row g at each column k0 + 32 i + 8 c (i < 4): 4 lanes read 64 contiguous bytes
+// of a row per access. The mma's k slots {2c, 2c+1, 2c+8, 2c+9} of lane (g, c) are taken to be
+// these 8 columns, in either operand alike; a dot product does not depend on the order of its
+// terms, so each 16-byte chunk is an mma operand as it is.
+//
+// Bytes in flight. W's chunks go through a ring of kStages steps in shared memory by cp.async,
+// each lane's chunks in its own slots (so a lane waits only on its own copies: no barrier), the
+// copies of kStages - 1 steps ahead in flight while a step's mma run, across unit boundaries too.
+// Registers would hold one step; the ring holds three at 2 CTAs an SM (192 KB in flight an SM).
+// The first steps' copies are issued before the wait on the previous kernel (programmatic
+// dependent launch): W does not depend on it. x and the norm weight are small and L1/L2-resident:
+// plain loads.
 //
 // Norm. With norm_weight, x is rms-normalised as rms_norm does it (float32 sum of squares, each
 // element x * inv_rms * w rounded to the element type): one warp per row of x finds inv_rms at
@@ -29,6 +34,7 @@
 
 #include <cstdint>
 
+#include "common/cute/sm80_copy.h"
 #include "common/gate_up_layout.h"
 #include "common/pdl.h"
 #include "common/vec.cuh"
@@ -42,6 +48,9 @@ constexpr int kUnitRows = 16;                // the mma's M
 constexpr int kChunks = 4;                   // 16-byte loads of a W row a lane makes per step
 constexpr int kElemsPerChunk = 8;            // 16-bit elements
 constexpr int kStepK = 4 * kChunks * kElemsPerChunk;  // 128 columns: 4 lanes x 4 chunks x 8
+constexpr int kStages = 3;
+constexpr int kSlots = 2 * kChunks;          // a lane's 16-byte W chunks a step: rows lo and hi
+constexpr int kSmemBytes = kStages * kSlots * kThreads * 16;  // 96 KB
 static_assert(kGemvMaxRows == 8, "the B operand of m16n8k16 holds 8 rows of x");
 
 // Units of 16 W rows: plain, or 8 outputs (8 gate + 8 up rows) each for SwiGLU.
@@ -53,16 +62,6 @@ __host__ __device__ inline int64_t num_units(const GemvParams& p) {
 template <typename T> struct MmaAtom;
 template <> struct MmaAtom<__nv_bfloat16> { using type = cute::SM80_16x8x16_F32BF16BF16F32_TN; };
 template <> struct MmaAtom<__half> { using type = cute::SM80_16x8x16_F32F16F16F32_TN; };
-
-// W is read once: no L1 allocation, so x and the norm weight keep L1 to themselves. volatile keeps
-// the loads where they are written (the prefetch before the previous grid's wait).
-__device__ __forceinline__ uint4 load_weight(const void* ptr) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(ptr));
-  return v;
-}
 
 // The W rows lane g reads for mma rows g and g + 8 of a unit, and the output columns they make
 // (-1: past the end; their rows are clamped to row 0 so that every load stays in bounds).
@@ -91,30 +90,37 @@ __device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int64_t unit,
   return r;
 }
 
-// One step's operands of a lane: W rows lo and hi and x's row, 4 chunks of 8 elements each.
-struct StepFrags {
-  uint4 w_lo[kChunks], w_hi[kChunks], x[kChunks];
-  uint4 norm_w[kChunks];  // the norm weight at the same columns (kNorm only)
-};
-
 __device__ __forceinline__ int chunk_col(int step, int i, int c) { return step * kStepK + 32 * i + 8 * c; }
 
-// Chunk i of a step's operands, into f: W rows lo and hi, x's row, and the norm weight.
-template <typename T, bool kNorm>
-__device__ __forceinline__ void load_weight_chunk(StepFrags& f, int i, const T* w, const UnitRows& rows, int k,
-                                                  int step, int c) {
-  const int col = chunk_col(step, i, c);
-  const bool in = col < k;  // k is a multiple of 8: a chunk is wholly in or out
-  f.w_lo[i] = in ? load_weight(w + rows.lo * k + col) : make_uint4(0, 0, 0, 0);
-  f.w_hi[i] = in ? load_weight(w + rows.hi * k + col) : make_uint4(0, 0, 0, 0);
+// Slot j of this thread in ring stage `stage`: [stage][slot][thread], so that a warp's accesses to
+// one slot are 512 contiguous bytes (no bank conflicts).
+__device__ __forceinline__ uint4* ring_slot(uint4* ring, int stage, int j) {
+  return ring + (stage * kSlots + j) * kThreads + threadIdx.x;
+}
+
+// Starts the copies of one step's W chunks (rows lo and hi) into a ring stage; chunks past k are
+// zero-filled.
+template <typename T>
+__device__ __forceinline__ void copy_weight_step(uint4* ring, int stage, const T* w, const UnitRows& rows, int k,
+                                                 int step, int c) {
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    const int col = chunk_col(step, i, c);
+    const bool in = col < k;  // k is a multiple of 8: a chunk is wholly in or out
+    sm80::cp_async_16(ring_slot(ring, stage, i), w + rows.lo * k + (in ? col : 0), in);
+    sm80::cp_async_16(ring_slot(ring, stage, kChunks + i), w + rows.hi * k + (in ? col : 0), in);
+  }
 }
 
 template <typename T, bool kNorm>
-__device__ __forceinline__ void load_x_chunk(StepFrags& f, int i, const T* x_row, const T* norm_weight, int k,
-                                             int step, int c) {
-  const int col = chunk_col(step, i, c);
-  f.x[i] = col < k ? *reinterpret_cast<const uint4*>(x_row + col) : make_uint4(0, 0, 0, 0);
-  if constexpr (kNorm) f.norm_w[i] = col < k ? *reinterpret_cast<const uint4*>(norm_weight + col) : f.x[i];
+__device__ __forceinline__ void load_x_step(uint4 (&x)[kChunks], uint4 (&norm_w)[kChunks], const T* x_row,
+                                            const T* norm_weight, int k, int step, int c) {
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    const int col = chunk_col(step, i, c);
+    x[i] = col < k ? *reinterpret_cast<const uint4*>(x_row + col) : make_uint4(0, 0, 0, 0);
+    if constexpr (kNorm) norm_w[i] = col < k ? *reinterpret_cast<const uint4*>(norm_weight + col) : x[i];
+  }
 }
 
 // x * inv_rms * w, rounded to T: rms_norm's formula, element by element.
@@ -136,6 +142,7 @@ __device__ __forceinline__ float silu_times(float gate, float up) {
 template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const GemvParams p) {
   using Mma = typename MmaAtom<T>::type;
+  extern __shared__ uint4 ring[];  // kStages x kSlots x kThreads chunks of W
   __shared__ float s_inv_rms[kGemvMaxRows];
   __shared__ float4 s_partial[2][kWarps][32];  // two buffers: one barrier per unit
 
@@ -145,15 +152,24 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const GemvParams p) {
   const T* w = static_cast<const T*>(p.weight);
   const int token = g < p.m ? g : p.m - 1;  // rows of x past m repeat the last one (not stored)
   const T* x_row = static_cast<const T*>(p.x) + token * p.x_row_stride;
+  const T* norm_weight = static_cast<const T*>(p.norm_weight);
 
-  // A lane's operands for one step. Chunk i of the next step is loaded into f as soon as chunk i
-  // of the current one has gone into its mma: one step of loads in flight in one set of registers.
-  StepFrags f;
-  UnitRows rows = unit_rows<kSwiGLU>(p, blockIdx.x, g);
-  if (warp < n_steps) {
+  // This warp's items, in order: for each of the CTA's units, its steps warp, warp + kWarps, ...
+  const int steps_per_unit = warp < n_steps ? (n_steps - warp + kWarps - 1) / kWarps : 0;
+  const int64_t cta_units = (n_units - blockIdx.x + gridDim.x - 1) / gridDim.x;
+  const int64_t n_items = steps_per_unit * cta_units;
+  // Starts item t's copies into stage t % kStages, and closes a copy group: one group an item,
+  // empty past the last item, so that waiting for all but kStages - 1 groups is item t's wait.
+  auto copy_item = [&](int64_t t) {
+    if (t < n_items) {
+      const int64_t unit = blockIdx.x + (t / steps_per_unit) * gridDim.x;
+      const int step = warp + static_cast<int>(t % steps_per_unit) * kWarps;
+      copy_weight_step(ring, static_cast<int>(t % kStages), w, unit_rows<kSwiGLU>(p, unit, g), p.k, step, c);
+    }
+    cute::cp_async_fence();
+  };
 #pragma unroll
-    for (int i = 0; i < kChunks; ++i) load_weight_chunk<T, kNorm>(f, i, w, rows, p.k, warp, c);
-  }
+  for (int t = 0; t < kStages - 1; ++t) copy_item(t);
 
   wait_for_previous_grid();  // x and residual come from the previous kernel
   allow_dependent_launch();
@@ -176,37 +192,27 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const GemvParams p) {
     __syncthreads();
     inv_rms = s_inv_rms[token];
   }
-  const T* norm_weight = static_cast<const T*>(p.norm_weight);
-  if (warp < n_steps) {
-#pragma unroll
-    for (int i = 0; i < kChunks; ++i) load_x_chunk<T, kNorm>(f, i, x_row, norm_weight, p.k, warp, c);
-  }
 
+  int64_t item = 0;
   int buffer = 0;
   for (int64_t unit = blockIdx.x; unit < n_units; unit += gridDim.x) {
-    const UnitRows out_rows = rows;
+    const UnitRows out_rows = unit_rows<kSwiGLU>(p, unit, g);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int step = warp; step < n_steps; step += kWarps) {
-      // The next item: this unit's next step, else the first step of the CTA's next unit.
-      int next_step = step + kWarps;
-      int64_t next_unit = unit;
-      if (next_step >= n_steps) {
-        next_step = warp;
-        next_unit = unit + gridDim.x;
-        if (next_unit < n_units) rows = unit_rows<kSwiGLU>(p, next_unit, g);
-      }
-      const bool more = next_unit < n_units;
+    for (int s = 0; s < steps_per_unit; ++s, ++item) {
+      const int step = warp + s * kWarps;
+      copy_item(item + kStages - 1);  // into the stage this lane emptied last item
+      uint4 x[kChunks], norm_w[kChunks];
+      load_x_step<T, kNorm>(x, norm_w, x_row, norm_weight, p.k, step, c);
+      cute::cp_async_wait<kStages - 1>();  // this lane's copies of `item` have landed
+      asm volatile("" ::: "memory");       // (cp_async_wait has no memory clobber: keep the reads after it)
+      const int stage = static_cast<int>(item % kStages);
 #pragma unroll
       for (int i = 0; i < kChunks; ++i) {
-        uint4 b = f.x[i];
-        if constexpr (kNorm) b = normalise<T>(b, f.norm_w[i], inv_rms);  // zeros stay zeros
-        const uint4 lo = f.w_lo[i], hi = f.w_hi[i];
+        uint4 b = x[i];
+        if constexpr (kNorm) b = normalise<T>(b, norm_w[i], inv_rms);  // zeros stay zeros
+        const uint4 lo = *ring_slot(ring, stage, i), hi = *ring_slot(ring, stage, kChunks + i);
         Mma::fma(acc[0], acc[1], acc[2], acc[3], lo.x, hi.x, lo.y, hi.y, b.x, b.y, acc[0], acc[1], acc[2], acc[3]);
         Mma::fma(acc[0], acc[1], acc[2], acc[3], lo.z, hi.z, lo.w, hi.w, b.z, b.w, acc[0], acc[1], acc[2], acc[3]);
-        if (more) {
-          load_weight_chunk<T, kNorm>(f, i, w, rows, p.k, next_step, c);
-          load_x_chunk<T, kNorm>(f, i, x_row, norm_weight, p.k, next_step, c);
-        }
       }
     }
     s_partial[buffer][warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
