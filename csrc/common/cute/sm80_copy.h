@@ -17,6 +17,14 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
 
+// The same with an L2 prefetch of 256 bytes around the chunk: for streams read 64 bytes of a row at
+// a time by each access (gemv's weight), one DRAM burst then brings the row's next 192 bytes too.
+__device__ __forceinline__ void cp_async_16_l2_256(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+
 // cp.async.cg (L2 only, never L1: data other CTAs write during the launch must not be served
 // stale from L1) with an L2 prefetch of kPrefetch (128 or 256) bytes around each 16-byte chunk.
 // Reading a row 128 bytes at a time, a 256-byte prefetch makes every other tile an L2 hit and
