@@ -42,15 +42,25 @@
 
 namespace cute_ops::gemv {
 
-constexpr int kWarps = 8;
+// Tuning knobs, for perf/tools/gemv_variants.sh; the defaults are the measured choice
+// (docs/perf-notes.md, gemv).
+#ifndef CUTE_OPS_GEMV_WARPS
+#define CUTE_OPS_GEMV_WARPS 8
+#endif
+#ifndef CUTE_OPS_GEMV_STAGES
+#define CUTE_OPS_GEMV_STAGES 3
+#endif
+
+constexpr int kWarps = CUTE_OPS_GEMV_WARPS;
 constexpr int kThreads = kWarps * 32;
+constexpr int kMinCtasPerSm = 16 / kWarps;  // 16 warps an SM: the register cap of __launch_bounds__
 constexpr int kUnitRows = 16;                // the mma's M
 constexpr int kChunks = 4;                   // 16-byte loads of a W row a lane makes per step
 constexpr int kElemsPerChunk = 8;            // 16-bit elements
 constexpr int kStepK = 4 * kChunks * kElemsPerChunk;  // 128 columns: 4 lanes x 4 chunks x 8
-constexpr int kStages = 3;
+constexpr int kStages = CUTE_OPS_GEMV_STAGES;
 constexpr int kSlots = 2 * kChunks;          // a lane's 16-byte W chunks a step: rows lo and hi
-constexpr int kSmemBytes = kStages * kSlots * kThreads * 16;  // 96 KB
+constexpr int kSmemBytes = kStages * kSlots * kThreads * 16;  // 96 KB at 8 warps, 3 stages
 static_assert(kGemvMaxRows == 8, "the B operand of m16n8k16 holds 8 rows of x");
 
 // Units of 16 W rows: plain, or 8 outputs (8 gate + 8 up rows) each for SwiGLU.
@@ -140,7 +150,7 @@ __device__ __forceinline__ float silu_times(float gate, float up) {
 }
 
 template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
-__global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const GemvParams p) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const GemvParams p) {
   using Mma = typename MmaAtom<T>::type;
   extern __shared__ uint4 ring[];  // kStages x kSlots x kThreads chunks of W
   __shared__ float s_inv_rms[kGemvMaxRows];
