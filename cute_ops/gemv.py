@@ -26,8 +26,12 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None
             contiguous (rows may be strided, 16-byte aligned).
         weight: ``[n, k]``, same dtype, contiguous (``nn.Linear`` layout). For ``"swiglu"``: gate and
             up rows packed by :func:`~cute_ops.pack_gate_up`, and the output has ``n / 2`` columns.
-        norm_weight: ``[k]``: normalise x first, exactly as :func:`~cute_ops.rms_norm` does (each
-            element rounded to x's dtype before the product).
+        norm_weight: ``[k]``: RMS-normalise x first. Since ``1 / rms(x)`` is one scalar a row, the
+            kernel multiplies the products of ``x * norm_weight`` (each rounded to x's dtype once)
+            by it in float32 after the sum; the sum of squares is float32, as in
+            :func:`~cute_ops.rms_norm`. One rounding of the normalised input either way, at a
+            different point: results agree with ``F.linear(rms_norm(x, norm_weight), weight)`` to
+            the rounding of that input.
         eps: the norm's epsilon.
         residual: ``[m, cols]``: added to the product after it is rounded to x's dtype, and the sum
             rounded again, as ``F.linear(...) + residual`` would.

@@ -15,9 +15,10 @@ DTYPES = [torch.bfloat16, torch.float16]
 # (k, n): k from one 8-column chunk to more steps than a CTA has warps (and a partial last step);
 # n odd, below and above one 16-row unit.
 SHAPES = [(8, 17), (1000, 4097), (4104, 1000), (14336, 40)]
-# Ours: the norm rounded as rms_norm rounds it, float32 sums, the output rounded once (twice with
-# a residual, as F.linear + residual rounds). PyTorch's error in the working dtype has the same
-# roundings, plus its cuBLAS sums; k = 2 leaves room for sums in another order.
+# Ours: x * norm_weight rounded once (PyTorch rounds x * inv_rms * norm_weight once), float32 sums,
+# the output rounded once (twice with a residual, as F.linear + residual rounds). PyTorch's error in
+# the working dtype has as many roundings, plus its cuBLAS sums; k = 2 leaves room for them to fall
+# at other points.
 K_GEMV = 2.0
 VARIANTS = ["plain", "norm", "residual", "norm_swiglu", "swiglu_residual", "norm_residual"]
 

@@ -23,10 +23,12 @@
 // dependent launch): W does not depend on it. x and the norm weight are small and L1/L2-resident:
 // plain loads.
 //
-// Norm. With norm_weight, x is rms-normalised as rms_norm does it (float32 sum of squares, each
-// element x * inv_rms * w rounded to the element type): one warp per row of x finds inv_rms at
-// the CTA's start, and each x fragment is normalised as it is used.
-//
+// Norm. rms_norm(x) @ W^T = inv_rms * (x * w) @ W^T, inv_rms being one scalar a row of x: the mma
+// take x * w (each element rounded to T once) and the sum of squares of x is gathered from the same
+// fragments on the way (each unit's steps cover all of k for every row), so the norm needs no
+// pass over x before the mainloop and no extra barrier; inv_rms multiplies the float32 sums in the
+// epilogue.
+
 // SwiGLU. A unit then reads 8 gate rows (mma rows g) and their 8 up rows (rows g + 8) of the
 // packed weight (common/gate_up_layout.h), so the lane that holds the gate sum of an output also
 // holds its up sum.
@@ -133,16 +135,27 @@ __device__ __forceinline__ void load_x_step(uint4 (&x)[kChunks], uint4 (&norm_w)
   }
 }
 
-// x * inv_rms * w, rounded to T: rms_norm's formula, element by element.
+// x * w, rounded to T, element by element.
 template <typename T>
-__device__ __forceinline__ uint4 normalise(uint4 x, uint4 norm_w, float inv_rms) {
+__device__ __forceinline__ uint4 times_weight(uint4 x, uint4 norm_w) {
   using V = Vec<T, kElemsPerChunk>;
   V v, w;
   *reinterpret_cast<uint4*>(&v) = x;
   *reinterpret_cast<uint4*>(&w) = norm_w;
 #pragma unroll
-  for (int e = 0; e < kElemsPerChunk; ++e) v.v[e] = from_float<T>(to_float(v.v[e]) * inv_rms * to_float(w.v[e]));
+  for (int e = 0; e < kElemsPerChunk; ++e) v.v[e] = from_float<T>(to_float(v.v[e]) * to_float(w.v[e]));
   return *reinterpret_cast<const uint4*>(&v);
+}
+
+template <typename T>
+__device__ __forceinline__ float sum_of_squares(uint4 x) {
+  using V = Vec<T, kElemsPerChunk>;
+  V v;
+  *reinterpret_cast<uint4*>(&v) = x;
+  float s = 0.f;
+#pragma unroll
+  for (int e = 0; e < kElemsPerChunk; ++e) s += to_float(v.v[e]) * to_float(v.v[e]);
+  return s;
 }
 
 __device__ __forceinline__ float silu_times(float gate, float up) {
@@ -153,7 +166,7 @@ template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const GemvParams p) {
   using Mma = typename MmaAtom<T>::type;
   extern __shared__ uint4 ring[];  // kStages x kSlots x kThreads chunks of W
-  __shared__ float s_inv_rms[kGemvMaxRows];
+  __shared__ float s_sum_sq[2][kWarps][kGemvMaxRows];  // kNorm: each warp's sums of x^2 a row of x
   __shared__ float4 s_partial[2][kWarps][32];  // two buffers: one barrier per unit
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -184,30 +197,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const Gem
   wait_for_previous_grid();  // x and residual come from the previous kernel
   allow_dependent_launch();
 
-  float inv_rms = 1.f;
-  if constexpr (kNorm) {
-    if (warp < p.m) {
-      const T* row = static_cast<const T*>(p.x) + warp * p.x_row_stride;
-      using V = Vec<T, kElemsPerChunk>;
-      float sum_sq = 0.f;
-      for (int col = lane * kElemsPerChunk; col < p.k; col += 32 * kElemsPerChunk) {
-        const V v = V::load(row + col);
-#pragma unroll
-        for (int e = 0; e < kElemsPerChunk; ++e) sum_sq += to_float(v.v[e]) * to_float(v.v[e]);
-      }
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, offset);
-      if (lane == 0) s_inv_rms[warp] = rsqrtf(sum_sq / static_cast<float>(p.k) + p.eps);
-    }
-    __syncthreads();
-    inv_rms = s_inv_rms[token];
-  }
-
   int64_t item = 0;
   int buffer = 0;
   for (int64_t unit = blockIdx.x; unit < n_units; unit += gridDim.x) {
     const UnitRows out_rows = unit_rows<kSwiGLU>(p, unit, g);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    float sum_sq = 0.f;  // kNorm: of this lane's columns of x's row `token`
     for (int s = 0; s < steps_per_unit; ++s, ++item) {
       const int step = warp + s * kWarps;
       copy_item(item + kStages - 1);  // into the stage this lane emptied last item
@@ -219,13 +214,21 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const Gem
 #pragma unroll
       for (int i = 0; i < kChunks; ++i) {
         uint4 b = x[i];
-        if constexpr (kNorm) b = normalise<T>(b, norm_w[i], inv_rms);  // zeros stay zeros
+        if constexpr (kNorm) {
+          sum_sq += sum_of_squares<T>(b);
+          b = times_weight<T>(b, norm_w[i]);  // zeros stay zeros
+        }
         const uint4 lo = *ring_slot(ring, stage, i), hi = *ring_slot(ring, stage, kChunks + i);
         Mma::fma(acc[0], acc[1], acc[2], acc[3], lo.x, hi.x, lo.y, hi.y, b.x, b.y, acc[0], acc[1], acc[2], acc[3]);
         Mma::fma(acc[0], acc[1], acc[2], acc[3], lo.z, hi.z, lo.w, hi.w, b.z, b.w, acc[0], acc[1], acc[2], acc[3]);
       }
     }
     s_partial[buffer][warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    if constexpr (kNorm) {
+      sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 1);  // the 4 lanes of row g of x
+      sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 2);
+      if (c == 0) s_sum_sq[buffer][warp][g] = sum_sq;
+    }
     __syncthreads();
     if (warp == 0) {
       // The warps' partials in warp order (deterministic); lane (g, c) then holds rows g and
@@ -245,11 +248,18 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const Gem
       for (int j = 0; j < 2; ++j) {
         const int row = 2 * c + j;
         if (row >= p.m) continue;
+        float scale = 1.f;  // inv_rms of x's row `row`
+        if constexpr (kNorm) {
+          float total = 0.f;
+#pragma unroll
+          for (int w_i = 0; w_i < kWarps; ++w_i) total += s_sum_sq[buffer][w_i][row];
+          scale = rsqrtf(total / static_cast<float>(p.k) + p.eps);
+        }
 #pragma unroll
         for (int half = 0; half < (kSwiGLU ? 1 : 2); ++half) {
           const int col = half == 0 ? out_rows.col_lo : out_rows.col_hi;
           if (col < 0) continue;
-          float y = kSwiGLU ? silu_times(v[j], v[2 + j]) : v[2 * half + j];
+          float y = kSwiGLU ? silu_times(scale * v[j], scale * v[2 + j]) : scale * v[2 * half + j];
           if constexpr (kResidual) {
             y = to_float(from_float<T>(y)) + to_float(residual[row * p.residual_row_stride + col]);
           }
