@@ -2,7 +2,7 @@
 """Small odd-shaped calls of every kernel, good and bad device data alike, for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python3 scripts/sanitizer_cases.py
-    compute-sanitizer --tool racecheck python3 scripts/sanitizer_cases.py
+    compute-sanitizer --tool racecheck python3 scripts/sanitizer_cases.py [family ...]
 
 Shapes are tiny (the tools slow kernels down 10-100x) and odd (tails in every tile loop). The bad
 cases run in the default "record" mode: the kernels must report them without touching memory out
@@ -93,10 +93,25 @@ def gemm_pair_cases():
             cute_ops.gemm_pair(a, b0, b1, act, **kw)
 
 
+def gemv_cases():
+    # k: one chunk, a partial step, more steps than warps; n: below and past one unit of 16 rows;
+    # SwiGLU with a partial gate/up block.
+    for m, k, n in ((1, 8, 17), (5, 1000, 33), (8, 1160, 130)):
+        x, w = rand(m, k), rand(n, k) * 0.1
+        cute_ops.gemv(x, w, norm_weight=rand(k), residual=rand(m, n))
+        gate_up = cute_ops.pack_gate_up(rand(n, k) * 0.1, rand(n, k) * 0.1)
+        cute_ops.gemv(x, gate_up, norm_weight=rand(k), activation="swiglu")
+
+
 def main():
+    import sys
+
     torch.manual_seed(0)
+    chosen = sys.argv[1:]  # family names; default: all
     for name, run in (("norm", norm_cases), ("rope", rope_cases), ("flash_fwd", flash_fwd_cases),
-                      ("flash_decode", flash_decode_cases), ("gemm_pair", gemm_pair_cases)):
+                      ("flash_decode", flash_decode_cases), ("gemm_pair", gemm_pair_cases), ("gemv", gemv_cases)):
+        if chosen and name not in chosen:
+            continue
         run()
         torch.cuda.synchronize()
         print(f"{name}: ok", flush=True)
