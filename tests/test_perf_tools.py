@@ -66,7 +66,7 @@ def test_commit_from_environment_else_marked_git(monkeypatch):
 
 def test_frac_of_read_only_for_read_dominated_cases():
     read_dominated = {c.family for c in registry.all_cases() if c.read_dominated}
-    assert read_dominated == {"flash_decode", "gemm_pair", "llama_decode"}
+    assert read_dominated == {"flash_decode", "gemm_pair", "gemv", "llama_decode"}
     for r, case in zip(fake_rows(ALL, CEIL), registry.all_cases()):
         m = r["metrics"]
         assert ("frac_of_read" in m) == case.read_dominated, case.id
