@@ -112,11 +112,12 @@ def test_subset_merges_only_into_same_device_and_commit(tmp_path):
 def test_merge_replaces_the_families_run_and_keeps_each_parts_ceilings():
     first = fake_doc("NVIDIA H200", "abc1234", ["norm", "rope", "flash_fwd"], CEIL_H200)
     ceil2 = {**CEIL_H200, "read_TBps": 4.0}
-    second = fake_doc("NVIDIA H200", "abc1234", ["gemm_pair", "flash_decode", "rope", "llama_decode", "llama_prefill"],
+    second = fake_doc("NVIDIA H200", "abc1234", ["gemm_pair", "gemv", "flash_decode", "rope", "llama_decode",
+                                                 "llama_prefill"],
                       ceil2, scale=2.0)
     doc = run.merge(first, second, ALL)
     assert doc["families"] == ALL
-    assert [p["families"] for p in doc["parts"]] == [["norm", "flash_fwd"], ["gemm_pair", "flash_decode", "rope",
+    assert [p["families"] for p in doc["parts"]] == [["norm", "flash_fwd"], ["gemm_pair", "gemv", "flash_decode", "rope",
                                                                              "llama_decode", "llama_prefill"]]
     assert [p["ceilings"]["read_TBps"] for p in doc["parts"]] == [4.5, 4.0]
     families = [r["family"] for r in doc["results"]]
@@ -131,7 +132,7 @@ def test_merge_replaces_the_families_run_and_keeps_each_parts_ceilings():
     # A later run of every family of a part drops that part.
     third = fake_doc("NVIDIA H200", "abc1234", ["norm", "flash_fwd"], CEIL_H200)
     assert [p["families"] for p in run.merge(doc, third, ALL)["parts"]] == [
-        ["gemm_pair", "flash_decode", "rope", "llama_decode", "llama_prefill"], ["norm", "flash_fwd"]]
+        ["gemm_pair", "gemv", "flash_decode", "rope", "llama_decode", "llama_prefill"], ["norm", "flash_fwd"]]
 
 
 class _Stop(Exception):
@@ -206,7 +207,7 @@ def results_dir(tmp_path):
     h100 = fake_doc("NVIDIA H100 80GB HBM3", "abc1234", ALL, CEIL)
     h100["results"] = [r for r in h100["results"] if r["shape"].get("L") != 512]  # a shape only the H200 has
     h200 = run.merge(fake_doc("NVIDIA H200", "abc1234", ["norm", "rope", "flash_fwd"], CEIL_H200, 0.8),
-                     fake_doc("NVIDIA H200", "abc1234", ["flash_decode", "gemm_pair", "llama_decode", "llama_prefill"],
+                     fake_doc("NVIDIA H200", "abc1234", ["flash_decode", "gemm_pair", "gemv", "llama_decode", "llama_prefill"],
                               {**CEIL_H200, "read_TBps": 4.6}, 0.7), ALL)
     (d / "h100.json").write_text(json.dumps(h100))
     (d / "h200.json").write_text(json.dumps(h200))
