@@ -192,10 +192,16 @@ def test_compiles_fullgraph():
 
 @pytest.mark.gpu
 def test_on_the_current_stream():
-    x, weight, kw = _inputs(3, 4096, 2048, torch.bfloat16, "plain")
+    """The op runs on the caller's stream: on a side stream, behind a sleep and a write of x, it
+    must see the new x (launched on any other stream, it would read x before the write)."""
+    x, weight, _ = _inputs(3, 4096, 2048, torch.bfloat16, "plain")
+    new_x = torch.randn_like(x)
+    torch.cuda._sleep(1)  # loads the sleep kernel
+    torch.cuda.synchronize()
     stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
+        torch.cuda._sleep(50_000_000)  # ~25 ms at 2 GHz
+        x.copy_(new_x)
         out = cute_ops.gemv(x, weight)
-    torch.cuda.current_stream().wait_stream(stream)
-    assert torch.equal(out, cute_ops.gemv(x, weight))
+    torch.cuda.synchronize()
+    assert torch.equal(out, cute_ops.gemv(new_x, weight))

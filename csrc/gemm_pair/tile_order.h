@@ -11,12 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "common/gate_up_layout.h"
+
 namespace cute_ops {
 
 // Every tile config's width, both GEMMs. A gated GEMM0 tile makes half as many h columns, which
 // is the block of pack_gate_up's interleave (64 gate rows, then the 64 matching up rows), so the
 // packing depends on it.
 constexpr int kGemmPairBlockN = 128;
+// A SwiGLU GEMM0 tile is one pack_gate_up block: its gate rows, then the same up rows.
+static_assert(kGemmPairBlockN == 2 * kGateUpBlock, "a GEMM0 tile must hold one gate/up block");
 
 }  // namespace cute_ops
 

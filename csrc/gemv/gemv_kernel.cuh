@@ -119,8 +119,8 @@ __device__ __forceinline__ void copy_weight_step(uint4* ring, int stage, const T
   for (int i = 0; i < kChunks; ++i) {
     const int col = chunk_col(step, i, c);
     const bool in = col < k;  // k is a multiple of 8: a chunk is wholly in or out
-    sm80::cp_async_16_l2_256(ring_slot(ring, stage, i), w + rows.lo * k + (in ? col : 0), in);
-    sm80::cp_async_16_l2_256(ring_slot(ring, stage, kChunks + i), w + rows.hi * k + (in ? col : 0), in);
+    sm80::cp_async_16<256>(ring_slot(ring, stage, i), w + rows.lo * k + (in ? col : 0), in);
+    sm80::cp_async_16<256>(ring_slot(ring, stage, kChunks + i), w + rows.hi * k + (in ? col : 0), in);
   }
 }
 

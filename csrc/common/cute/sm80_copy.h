@@ -11,18 +11,18 @@ namespace cute_ops::sm80 {
 using namespace cute;
 
 // 16 bytes global -> shared, or 16 zero bytes when !valid (the source is not read then).
+// kL2Prefetch 256: an L2 prefetch of the 256 bytes around the chunk, for streams read 64 bytes of a
+// row at a time by each access (gemv's weight): one DRAM burst brings the row's next 192 bytes too.
+template <int kL2Prefetch = 0>
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  static_assert(kL2Prefetch == 0 || kL2Prefetch == 256);
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
-}
-
-// The same with an L2 prefetch of 256 bytes around the chunk: for streams read 64 bytes of a row at
-// a time by each access (gemv's weight), one DRAM burst then brings the row's next 192 bytes too.
-__device__ __forceinline__ void cp_async_16_l2_256(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+  if constexpr (kL2Prefetch == 256) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+  }
 }
 
 // cp.async.cg (L2 only, never L1: data other CTAs write during the launch must not be served
