@@ -38,7 +38,8 @@ def time_us(fn, copies: int) -> float:
 def main() -> None:
     ms = [int(a) for a in sys.argv[1:]] or [1, 8]
     l2 = torch.cuda.get_device_properties().L2_cache_size
-    shapes = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096)}
+    shapes = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
+              "lm_head": (4096, 128256)}
     print("| proj | M | variant | us | TB/s |\n|---|---|---|---|---|")
     for name, (k, n) in shapes.items():
         copies = max(2, -(-3 * l2 // (n * k * 2)))

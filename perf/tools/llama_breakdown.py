@@ -52,6 +52,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--timeline", type=int, default=0, metavar="N",
+                    help="also print N kernels of the last profiled step from its third layer on: start, end and "
+                         "the gap to the previous kernel's end (us), to see where a layer's time goes")
     args = ap.parse_args()
     cfg = PRESETS[args.preset]
     model = Llama.random(cfg)
@@ -122,6 +125,19 @@ def main() -> None:
               f"{rate:.2f} | {rate / ceiling:.0%} |")
     print(f"| idle between kernels (graph step - busy) | | {graph_ms * 1e3 - total_kernels:.0f} | "
           f"{1 - total_kernels / (graph_ms * 1e3):.0%} | | | |")
+    if args.timeline:
+        names = sorted((ev.time_range.start, ev.time_range.end, ev.name) for ev in prof.events()
+                       if ev.device_type == torch.autograd.DeviceType.CUDA)
+        per_step = len(names) // args.steps
+        first = len(names) - per_step + 2 + 2 * per_step // cfg.num_layers  # the last step's third layer
+        window = names[first:first + args.timeline]
+        t0 = window[0][0]
+        print("\n| kernel | start | end | duration | gap to the previous end |\n|---|---|---|---|---|")
+        prev_end = names[first - 1][1]
+        for start, end, name in window:
+            short = group_of(name) if not name.startswith("void cute_ops::decode::flash_decode_combine") else "combine"
+            print(f"| {short[:48]} | {start - t0:.1f} | {end - t0:.1f} | {end - start:.1f} | {start - prev_end:.1f} |")
+            prev_end = end
 
 
 if __name__ == "__main__":
