@@ -14,9 +14,9 @@ from .gemm_pair_schedule import GRANULARITIES, POLICIES
 DTYPES = supported("gemm_pair", "dtype")
 BLOCK_MS = supported("gemm_pair", "block_m")
 ACTIVATIONS = ("swiglu", "gelu", "none")
-# pack_gate_up interleaves gate and up rows in blocks of this many: one GEMM0 tile (128 rows of
-# b0, kGemmPairBlockN in csrc/gemm_pair/tile_order.h) holds 64 gate rows and the 64 matching up
-# rows, so its epilogue writes silu(gate) * up.
+# pack_gate_up interleaves gate and up rows in blocks of this many (kGateUpBlock in
+# csrc/common/gate_up_layout.h): one GEMM0 tile (128 rows of b0) holds 64 gate rows and the 64
+# matching up rows, so its epilogue writes silu(gate) * up; gemv's SwiGLU reads the same blocks.
 GATE_BLOCK = 64
 
 

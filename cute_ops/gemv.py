@@ -7,9 +7,9 @@ import torch
 
 from ._library import require_kernels_for
 
-# Rows of x one call takes (kGemvMaxRows in csrc/gemv/gemv.h): the tokens of a small decode batch.
+# Rows of x one call takes (kGemvMaxRows in csrc/gemv/gemv_limits.h; tests/test_gemv.py holds the
+# two together): the tokens of a small decode batch.
 MAX_ROWS = 8
-ACTIVATIONS = ("none", "swiglu")
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,

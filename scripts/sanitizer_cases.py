@@ -10,6 +10,8 @@ of bounds, which is what memcheck checks. Prints one line per case and "sanitize
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 import cute_ops
@@ -104,8 +106,6 @@ def gemv_cases():
 
 
 def main():
-    import sys
-
     torch.manual_seed(0)
     chosen = sys.argv[1:]  # family names; default: all
     for name, run in (("norm", norm_cases), ("rope", rope_cases), ("flash_fwd", flash_fwd_cases),

@@ -9,6 +9,7 @@ from torch._subclasses import FakeTensorMode
 
 import cute_ops
 from cute_ops import reference as ref
+from cute_ops.gemv import MAX_ROWS
 from conftest import CHECK_DEVICES, assert_close_to_reference, capture_graph, on_device, poison_allocator
 
 DTYPES = [torch.bfloat16, torch.float16]
@@ -66,7 +67,9 @@ def _t(shape, dtype=torch.bfloat16):
 
 
 BAD_INPUTS = [
-    (lambda: (_t((9, 64)), _t((32, 64)), {}), "x may have at most 8 rows", ValueError),
+    # The Python restatement of the limit (cute_ops.gemv.MAX_ROWS) against the C++ rule.
+    (lambda: (_t((MAX_ROWS + 1, 64)), _t((32, 64)), {}), f"x may have at most {MAX_ROWS} rows", ValueError),
+    (lambda: (_t((MAX_ROWS, 64)), _t((32, 64)), {}), None, None),
     (lambda: (_t((4, 60)), _t((32, 60)), {}), r"positive multiple of 8 \(16-byte vectors\), got 60", ValueError),
     (lambda: (_t((4, 64), torch.float32), _t((32, 64), torch.float32), {}),
      r"x must have dtype in \(float16, bfloat16\), got torch.float32", TypeError),
