@@ -1,15 +1,19 @@
 """Run a LLaMA model: `python -m cute_ops.models.llama --preset llama3-8b --random-weights --batch 1
 --prompt-len 512 --new-tokens 128` times prefill and decode with random weights; `--checkpoint DIR`
-runs a HF checkpoint (text in and out when the directory has a tokenizer)."""
+runs a HF checkpoint (text in and out when the directory has a tokenizer). Over N GPUs of one host:
+`torchrun --nproc-per-node N -m cute_ops.models.llama --tp N ...` (tensor parallelism: each rank
+loads and runs its part of the model; rank 0 prints)."""
 from __future__ import annotations
 
 import argparse
 import pathlib
+import resource
 import time
 
 import torch
 
 from . import PRESETS, Generator, Llama, PagedKVCache, SamplingParams, load_checkpoint
+from .parallel import TensorParallel
 
 
 def copy_ceiling_tbs(device) -> float:
@@ -24,6 +28,40 @@ def copy_ceiling_tbs(device) -> float:
     end.record()
     end.synchronize()
     return 10 * 2 * a.numel() * a.element_size() / (start.elapsed_time(end) * 1e-3) / 1e12
+
+
+def all_reduce_us(tp: TensorParallel, rows: int, hidden: int, dtype: torch.dtype, calls: int = 64) -> float:
+    """One all-reduce of a [rows, hidden] tensor (a layer's o or down output), as a decode step's
+    graph runs it: `calls` back to back in a CUDA graph, median of 10 replays, per call."""
+    x = torch.randn(rows, hidden, dtype=dtype, device="cuda")
+    for _ in range(3):
+        tp.all_reduce(x)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            tp.all_reduce(x)
+    times = []
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    return sorted(times)[len(times) // 2]
+
+
+def peak_host_gb(tp: TensorParallel) -> float:
+    """The largest peak resident host memory of any rank so far (GB)."""
+    mine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+    if tp.world_size == 1:
+        return mine
+    import torch.distributed as dist
+
+    everyone = [None] * tp.world_size
+    dist.all_gather_object(everyone, mine, group=tp.group)
+    return max(everyone)
 
 
 def _timed(fn):
@@ -50,19 +88,27 @@ def main(argv=None) -> None:
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
     ap.add_argument("--no-graphs", action="store_true", help="decode eagerly instead of replaying CUDA graphs")
+    ap.add_argument("--tp", type=int, default=1,
+                    help="tensor parallelism over this many GPUs (launch with torchrun --nproc-per-node N)")
     args = ap.parse_args(argv)
     if args.preset and not args.random_weights:
         ap.error("--preset needs --random-weights (or use --checkpoint DIR)")
     dtype = getattr(torch, args.dtype)
+    try:
+        tp = TensorParallel.from_torchrun(args.tp)
+    except ValueError as e:
+        ap.error(str(e))
+    show = print if tp.rank == 0 else (lambda *a, **k: None)
 
     tokenizer = None
     if args.checkpoint:
-        model = load_checkpoint(args.checkpoint, dtype=dtype)
+        model = load_checkpoint(args.checkpoint, dtype=dtype, tp=tp)
         if (args.checkpoint / "tokenizer.json").exists() or (args.checkpoint / "tokenizer.model").exists():
             from transformers import AutoTokenizer
             tokenizer = AutoTokenizer.from_pretrained(str(args.checkpoint))
     else:
-        model = Llama.random(PRESETS[args.preset], dtype=dtype)
+        model = Llama.random(PRESETS[args.preset], dtype=dtype, tp=tp)
+    host_gb = peak_host_gb(tp)
     cfg = model.config
     if args.prompt:
         if tokenizer is None:
@@ -73,30 +119,45 @@ def main(argv=None) -> None:
         prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt_len), generator=gen).tolist()
     longest = max(len(p) for p in prompts) + args.new_tokens
     cache = PagedKVCache.for_tokens(cfg, len(prompts) * (longest + args.page_size), args.page_size,
-                                    max_seq_len=longest, dtype=dtype)
+                                    max_seq_len=longest, dtype=dtype, tp=tp)
     runner = Generator(model, cache, max_batch=len(prompts), cuda_graphs=not args.no_graphs)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, seed=0)
     stop = None if tokenizer else ()  # random weights: run every step
 
     runner.generate(prompts, 2, sampling, stop)  # warm-up: kernels, tables, the batch's graph
     _, t_prefill = _timed(lambda: runner.generate(prompts, 1, sampling, stop))
-    outputs, t_total = _timed(lambda: runner.generate(prompts, args.new_tokens, sampling, stop, progress=True))
+    outputs, t_total = _timed(lambda: runner.generate(prompts, args.new_tokens, sampling, stop,
+                                                      progress=True))
     steps = max(len(o) for o in outputs) - 1
     step_s = (t_total - t_prefill) / max(steps, 1)
     ceiling = copy_ceiling_tbs(cache.k.device)
     kv_bytes = sum(len(p) + args.new_tokens / 2 for p in prompts) * 2 * cfg.num_layers * cfg.kv_size * \
-        cache.k.element_size()
+        cache.k.element_size() / tp.world_size
     floor_s = (model.weight_bytes + kv_bytes) / (ceiling * 1e12)
     n_prompt = sum(len(p) for p in prompts)
-    print(f"{torch.cuda.get_device_name()}: {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
-          f"{model.weight_bytes / 1e9:.2f} GB of weights, batch {len(prompts)}, {args.dtype}")
-    print(f"prefill: {n_prompt} tokens in {t_prefill * 1e3:.1f} ms ({n_prompt / t_prefill:,.0f} tokens/s)")
-    print(f"decode:  {step_s * 1e3:.3f} ms/step over {steps} steps, {len(prompts) / step_s:,.1f} tokens/s, "
-          f"weights at {model.weight_bytes / step_s / 1e12:.2f} TB/s; {floor_s / step_s:.0%} of the floor "
-          f"{floor_s * 1e3:.2f} ms (weights + KV at the {ceiling:.2f} TB/s copy ceiling)")
+    per_gpu = f" per GPU, tensor-parallel over {tp.world_size} GPUs" if tp.world_size > 1 else ""
+    show(f"{torch.cuda.get_device_name()}: {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
+         f"{model.weight_bytes / 1e9:.2f} GB of weights{per_gpu}, batch {len(prompts)}, {args.dtype}; "
+         f"peak host memory {host_gb:.2f} GB (largest of any rank, after loading)")
+    show(f"prefill: {n_prompt} tokens in {t_prefill * 1e3:.1f} ms ({n_prompt / t_prefill:,.0f} tokens/s)")
+    show(f"decode:  {step_s * 1e3:.3f} ms/step over {steps} steps, {len(prompts) / step_s:,.1f} tokens/s, "
+         f"weights at {model.weight_bytes / step_s / 1e12:.2f} TB/s{' per GPU' if per_gpu else ''}; "
+         f"{floor_s / step_s:.0%} of the floor {floor_s * 1e3:.2f} ms (weights + KV at the {ceiling:.2f} TB/s "
+         f"copy ceiling)")
+    if tp.world_size > 1:
+        ar = all_reduce_us(tp, len(prompts), cfg.hidden_size, dtype)
+        show(f"all-reduce: {ar:.1f} us each, alone in a graph; {2 * cfg.num_layers} a step: "
+             f"{2 * cfg.num_layers * ar / 1e3:.3f} ms of the step")
     if tokenizer:
         for p, o in zip(args.prompt, outputs):
-            print(f"\n>>> {p}\n{tokenizer.decode(o, skip_special_tokens=True)}")
+            show(f"\n>>> {p}\n{tokenizer.decode(o, skip_special_tokens=True)}")
+    if tp.world_size > 1:
+        import torch.distributed as dist
+
+        del runner  # its CUDA graphs hold NCCL work: release them before the process group
+        torch.cuda.synchronize()
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

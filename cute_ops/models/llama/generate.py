@@ -1,7 +1,9 @@
 """Generation with a LLaMA model over its paged cache: batched prefill of the prompts that join,
 then decode steps for every running sequence, each step one CUDA graph replay per batch-size
 bucket (shapes static; tokens, lengths and block tables in device buffers). Sequences join when
-pages are free and leave at a stop token or max_new_tokens: a simple continuous-batching loop."""
+pages are free and leave at a stop token or max_new_tokens: a simple continuous-batching loop.
+Under tensor parallelism every rank runs this same loop on the same prompts: the logits are
+gathered onto every rank, so each samples the same tokens and the ranks stay in step."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -56,6 +58,9 @@ class Generator:
     """Runs `model` over `cache` for batches of up to `max_batch` sequences."""
 
     def __init__(self, model: Llama, cache: PagedKVCache, max_batch: int = 64, cuda_graphs: bool = True):
+        if cache.k.shape[3] != model.num_kv_heads:
+            raise ValueError(f"Generator: the cache holds {cache.k.shape[3]} kv heads and the model's rank "
+                             f"{model.num_kv_heads}: build the cache with the model's tp (PagedKVCache(..., tp=model.tp))")
         self.model, self.cache, self.max_batch, self.cuda_graphs = model, cache, max_batch, cuda_graphs
         device = cache.k.device
         self.buckets = sorted({min(1 << i, max_batch) for i in range(max_batch.bit_length() + 1)})
@@ -119,10 +124,14 @@ class Generator:
                 raise ValueError(f"generate: prompt {i} ({len(p)} tokens) + max_new_tokens ({max_new_tokens}) does "
                                  f"not fit the cache (max_seq_len {cache.max_seq_len}, {alloc.num_pages - 1} pages "
                                  f"of {alloc.page_size})")
-        generator = None
-        if sampling.seed is not None:
-            generator = torch.Generator(device=cache.k.device).manual_seed(sampling.seed)
-        bar = _progress(len(prompts) * max_new_tokens, progress)
+        generator, tp = None, self.model.tp
+        # Every rank holds the same logits; the same seed then gives every rank the same tokens.
+        seed = sampling.seed
+        if seed is None and sampling.temperature > 0 and tp.world_size > 1:
+            seed = tp.broadcast_int(int(torch.randint(0, 2**62, ())))
+        if seed is not None:
+            generator = torch.Generator(device=cache.k.device).manual_seed(seed)
+        bar = _progress(len(prompts) * max_new_tokens, progress and tp.rank == 0)
         outputs: list[list[int]] = [[] for _ in prompts]
         waiting = list(range(len(prompts)))
         running: list[_Sequence] = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from .config import LlamaConfig
+from .parallel import TensorParallel
 
 
 class OutOfPages(RuntimeError):
@@ -61,15 +62,19 @@ class PageAllocator:
 
 class PagedKVCache:
     """K and V pages for every layer: ``k[layer]`` is ``[num_pages, page_size, kv_heads, head_dim]``,
-    the paged layout :func:`cute_ops.flash_decode` reads and appends to."""
+    the paged layout :func:`cute_ops.flash_decode` reads and appends to. With `tp`, the cache of
+    one rank: its kv heads only (the model's ``tp``)."""
 
     def __init__(self, config: LlamaConfig, num_pages: int, page_size: int = 64, max_seq_len: int | None = None,
-                 dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cuda"):
+                 dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cuda",
+                 tp: TensorParallel | None = None):
         self.allocator = PageAllocator(num_pages, page_size)
         self.page_size = page_size
         self.max_seq_len = min(max_seq_len or config.max_position, config.max_position)
         self.max_pages_per_seq = self.allocator.pages_for(self.max_seq_len)
-        shape = (config.num_layers, num_pages, page_size, config.num_kv_heads, config.head_dim)
+        tp = tp or TensorParallel()
+        tp.check(config)
+        shape = (config.num_layers, num_pages, page_size, config.num_kv_heads // tp.world_size, config.head_dim)
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
 

@@ -12,6 +12,10 @@ cache). The ops carry the work:
     small decode batches (up to gemv.MAX_ROWS sequences): every projection is a gemv that folds the
                norm before it and the residual add after it, so a layer is qkv, attention, o, gate/up,
                down: five launches chained by programmatic dependent launch on Hopper
+
+Over several GPUs (tensor parallelism, parallel.py) each rank holds its heads, its slice of the
+MLP and of the vocabulary; o and down are followed by an all-reduce of their partial sums, and the
+logits are gathered. One rank is the same code with the collectives left out.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from ...norm import fused_add_rms_norm, rms_norm
 from ...rope import rope_cos_sin_cache, rotary_embedding
 from .config import LlamaConfig
 from .kv_cache import PagedKVCache
+from .parallel import TensorParallel
 
 # Head dims with kernels for both attention paths (flash_decode's set is the narrower).
 SUPPORTED_HEAD_DIMS = (64, 128)
@@ -34,38 +39,53 @@ FUSED_MLP_MAX_ROWS = 8
 
 
 class LlamaLayer(torch.nn.Module):
-    def __init__(self, cfg: LlamaConfig, dtype: torch.dtype, device):
+    """One layer's weights as this rank holds them: its query and kv heads' rows of q/k/v and
+    columns of o, its slice of the MLP's intermediate size (all of them on one rank)."""
+
+    def __init__(self, cfg: LlamaConfig, tp: TensorParallel, dtype: torch.dtype, device):
         super().__init__()
         kw = dict(dtype=dtype, device=device)
-        h = cfg.hidden_size
+        h, n = cfg.hidden_size, tp.world_size
+        q, kv, inter = cfg.q_size // n, cfg.kv_size // n, cfg.intermediate_size // n
         self.attn_norm = torch.nn.Parameter(torch.empty(h, **kw), requires_grad=False)
-        self.wqkv = torch.nn.Parameter(torch.empty(cfg.q_size + 2 * cfg.kv_size, h, **kw), requires_grad=False)
-        self.wo = torch.nn.Parameter(torch.empty(h, cfg.q_size, **kw), requires_grad=False)
+        self.wqkv = torch.nn.Parameter(torch.empty(q + 2 * kv, h, **kw), requires_grad=False)
+        self.wo = torch.nn.Parameter(torch.empty(h, q, **kw), requires_grad=False)
         self.mlp_norm = torch.nn.Parameter(torch.empty(h, **kw), requires_grad=False)
         # pack_gate_up(gate, up): the layout fused_mlp's SwiGLU epilogue reads.
-        self.w_gate_up = torch.nn.Parameter(torch.empty(2 * cfg.intermediate_size, h, **kw), requires_grad=False)
-        self.w_down = torch.nn.Parameter(torch.empty(h, cfg.intermediate_size, **kw), requires_grad=False)
+        self.w_gate_up = torch.nn.Parameter(torch.empty(2 * inter, h, **kw), requires_grad=False)
+        self.w_down = torch.nn.Parameter(torch.empty(h, inter, **kw), requires_grad=False)
 
 
 class Llama(torch.nn.Module):
     """A LLaMA model for inference. Build it with :func:`~cute_ops.models.llama.weights.from_hf` /
     ``load_checkpoint`` or :meth:`random`; run it with :class:`~cute_ops.models.llama.generate.Generator`
-    or the two passes below."""
+    or the two passes below. With `tp` of several ranks, this process's part of the model (see
+    parallel.py); every rank runs the same calls in the same order."""
 
-    def __init__(self, config: LlamaConfig, dtype: torch.dtype = torch.bfloat16, device="cuda"):
+    # Parameters each rank holds a part of (every other one is whole on every rank).
+    SHARDED = ("wqkv", "wo", "w_gate_up", "w_down", "lm_head")
+
+    def __init__(self, config: LlamaConfig, dtype: torch.dtype = torch.bfloat16, device="cuda",
+                 tp: TensorParallel | None = None):
         super().__init__()
+        tp = tp or TensorParallel()
+        tp.check(config)
         if config.head_dim not in SUPPORTED_HEAD_DIMS:
             raise ValueError(f"Llama: head_dim must be one of {SUPPORTED_HEAD_DIMS} (the decode kernel's), "
                              f"got {config.head_dim}")
         if dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"Llama: dtype must be torch.float16 or torch.bfloat16, got {dtype}")
-        self.config, self.dtype = config, dtype
+        self.config, self.dtype, self.tp = config, dtype, tp
+        # This rank's heads (all of them on one rank).
+        self.num_heads, self.num_kv_heads = config.num_heads // tp.world_size, config.num_kv_heads // tp.world_size
         kw = dict(dtype=dtype, device=device)
         self.embed = torch.nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, **kw), requires_grad=False)
-        self.layers = torch.nn.ModuleList(LlamaLayer(config, dtype, device) for _ in range(config.num_layers))
+        self.layers = torch.nn.ModuleList(LlamaLayer(config, tp, dtype, device) for _ in range(config.num_layers))
         self.norm = torch.nn.Parameter(torch.empty(config.hidden_size, **kw), requires_grad=False)
-        self.lm_head = None if config.tie_word_embeddings else torch.nn.Parameter(
-            torch.empty(config.vocab_size, config.hidden_size, **kw), requires_grad=False)
+        # Tied embeddings on one rank project through the embedding itself; over several ranks each
+        # holds its vocabulary rows of it here.
+        self.lm_head = None if config.tie_word_embeddings and tp.world_size == 1 else torch.nn.Parameter(
+            torch.empty(tp.vocab_rows(config.vocab_size), config.hidden_size, **kw), requires_grad=False)
         # RoPE tables: [positions, rot_dim] (cos | sin) for rotary_embedding, and its two halves,
         # contiguous, for flash_decode. float32: the angles exact to float32 at any position.
         cos_sin = rope_cos_sin_cache(config.head_dim, config.max_position, config.rope_theta, config.rope_scaling,
@@ -76,15 +96,30 @@ class Llama(torch.nn.Module):
         self.register_buffer("rope_sin", cos_sin[:, half:].contiguous(), persistent=False)
 
     @classmethod
-    def random(cls, config: LlamaConfig, dtype=torch.bfloat16, device="cuda", seed: int = 0) -> "Llama":
-        """Random weights with a LLaMA-like scale (for benchmarks and tests): the activations stay O(1)."""
-        model = cls(config, dtype, device)
-        gen = torch.Generator(device=device).manual_seed(seed)
+    def random(cls, config: LlamaConfig, dtype=torch.bfloat16, device="cuda", seed: int = 0,
+               tp: TensorParallel | None = None) -> "Llama":
+        """Random weights with a LLaMA-like scale (for benchmarks and tests): the activations stay
+        O(1). Over several ranks each draws its own parts directly (no rank makes the whole model),
+        the same replicated weights on every rank; such a model is not the one-rank model of the
+        same seed."""
+        model = cls(config, dtype, device, tp)
+        tp = model.tp
+        shared = torch.Generator(device=device).manual_seed(seed)
+        own = shared if tp.world_size == 1 else torch.Generator(device=device).manual_seed(seed + 7919 * (tp.rank + 1))
         for name, p in model.named_parameters():
+            sharded = name.rsplit(".", 1)[-1] in cls.SHARDED
+            gen = own if sharded else shared
+            # The scale of the whole weight: row-parallel parts hold 1/N of its input columns.
+            fan_in = p.shape[-1] * (tp.world_size if name.endswith(("wo", "w_down")) else 1)
             if name.endswith("norm"):
                 p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen, device=device))
             else:
-                p.copy_(torch.randn(p.shape, generator=gen, device=device) * p.shape[-1] ** -0.5)
+                p.copy_(torch.randn(p.shape, generator=gen, device=device) * fan_in ** -0.5)
+        if model.lm_head is not None:
+            part = tp.vocab_part(config.vocab_size)
+            if config.tie_word_embeddings:
+                model.lm_head[:part.stop - part.start].copy_(model.embed[part])
+            model.lm_head[part.stop - part.start:].zero_()  # the padding rows of the last rank
         return model
 
     @property
@@ -93,16 +128,17 @@ class Llama(torch.nn.Module):
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes a decode step reads of the weights: every layer, the final norm and the output
-        projection (the embedding rows of a step's tokens are negligible)."""
+        """Bytes a decode step reads of this rank's weights: every layer, the final norm and the
+        output projection (the embedding rows of a step's tokens are negligible)."""
         return sum(p.numel() * p.element_size() for p in self.layers.parameters()) + \
             self.output_weight.numel() * self.output_weight.element_size()
 
     def _split_qkv(self, qkv: torch.Tensor, lead: tuple[int, ...]):
-        c = self.config
-        q = qkv[..., :c.q_size].view(*lead, c.num_heads, c.head_dim)
-        k = qkv[..., c.q_size:c.q_size + c.kv_size].view(*lead, c.num_kv_heads, c.head_dim)
-        v = qkv[..., c.q_size + c.kv_size:].view(*lead, c.num_kv_heads, c.head_dim)
+        d = self.config.head_dim
+        q_size, kv_size = self.num_heads * d, self.num_kv_heads * d
+        q = qkv[..., :q_size].view(*lead, self.num_heads, d)
+        k = qkv[..., q_size:q_size + kv_size].view(*lead, self.num_kv_heads, d)
+        v = qkv[..., q_size + kv_size:].view(*lead, self.num_kv_heads, d)
         return q, k, v
 
     def _mlp(self, h: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
@@ -111,7 +147,7 @@ class Llama(torch.nn.Module):
         ahead of fused_mlp's SM80 tiles from M = 16 on both Hopper GPUs (perf/results, gemm_pair:
         at M = 16 99 against 107 us on an H200, 136 against 140 on an H100), on the same packed
         weights: pack_gate_up's blocks of 64 gate rows then 64 up rows, split by a view."""
-        inter = self.config.intermediate_size
+        inter = layer.w_down.shape[1]
         if h.shape[0] <= FUSED_MLP_MAX_ROWS or inter % GATE_BLOCK:
             return fused_mlp(h, layer.w_gate_up, layer.w_down)
         gate_up = F.linear(h, layer.w_gate_up).view(h.shape[0], inter // GATE_BLOCK, 2, GATE_BLOCK)
@@ -121,35 +157,39 @@ class Llama(torch.nn.Module):
     def _layers(self, x: torch.Tensor, attention) -> torch.Tensor:
         """The decoder stack over hidden states x [tokens, hidden]; attention(i, q, k, v) -> [tokens,
         heads, head_dim]. Returns the final norm's output."""
-        residual, mlp_out, eps = x, None, self.config.rms_norm_eps
+        residual, mlp_out, eps, tp = x, None, self.config.rms_norm_eps, self.tp
         for i, layer in enumerate(self.layers):
             # The residual stream is updated in place by each fused add.
             h = rms_norm(residual, layer.attn_norm, eps) if mlp_out is None else \
                 fused_add_rms_norm(mlp_out, residual, layer.attn_norm, eps)
             q, k, v = self._split_qkv(F.linear(h, layer.wqkv), h.shape[:-1])
-            attn = F.linear(attention(i, q, k, v).flatten(-2), layer.wo)
+            attn = tp.all_reduce(F.linear(attention(i, q, k, v).flatten(-2), layer.wo))
             h = fused_add_rms_norm(attn, residual, layer.mlp_norm, eps)
-            mlp_out = self._mlp(h, layer)
+            mlp_out = tp.all_reduce(self._mlp(h, layer))
         return fused_add_rms_norm(mlp_out, residual, self.norm, eps)
 
     def _gemv_layers(self, x: torch.Tensor, attention) -> torch.Tensor:
         """The decoder stack and the output projection for a batch of at most GEMV_MAX_ROWS tokens:
         the same math as _layers + lm_head, each norm folded into the projection after it and each
-        residual add into the one before it. Returns logits in the model's dtype."""
-        residual, eps = x, self.config.rms_norm_eps
+        residual add into the one before it (over several ranks, into rank 0's partial sum, which
+        the all-reduce then adds to the others'). Returns this rank's logits in the model's dtype."""
+        residual, eps, tp = x, self.config.rms_norm_eps, self.tp
+        first = tp.rank == 0
         for i, layer in enumerate(self.layers):
             qkv = gemv(residual, layer.wqkv, layer.attn_norm, eps)
             q, k, v = self._split_qkv(qkv, qkv.shape[:-1])
-            residual = gemv(attention(i, q, k, v).flatten(-2), layer.wo, residual=residual)
+            residual = tp.all_reduce(gemv(attention(i, q, k, v).flatten(-2), layer.wo,
+                                          residual=residual if first else None))
             act = gemv(residual, layer.w_gate_up, layer.mlp_norm, eps, activation="swiglu")
-            residual = gemv(act, layer.w_down, residual=residual)
+            residual = tp.all_reduce(gemv(act, layer.w_down, residual=residual if first else None))
         return gemv(residual, self.output_weight, self.norm, eps)
 
     @torch.inference_mode()
     def prefill(self, tokens: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, positions: torch.Tensor,
                 slots: torch.Tensor, cache: PagedKVCache, logits_rows: torch.Tensor | None = None) -> torch.Tensor:
         """Prompts packed along one dim, each starting at position 0: their K and V go into the cache
-        at `slots`, and the logits of `logits_rows` (default: every row) are returned, float32.
+        at `slots`, and the logits of `logits_rows` (default: every row) are returned, float32
+        (the whole vocabulary, on every rank).
 
         tokens: int64 [total]; cu_seqlens: int32 [batch + 1]; max_seqlen: the longest prompt;
         positions: int32/int64 [total] (0 .. len - 1 per prompt); slots: int64 [total] cache rows
@@ -165,14 +205,15 @@ class Llama(torch.nn.Module):
         h = self._layers(F.embedding(tokens, self.embed), attention)
         if logits_rows is not None:
             h = h[logits_rows]
-        return F.linear(h, self.output_weight).float()
+        return self.tp.gather_vocab(F.linear(h, self.output_weight), self.config.vocab_size).float()
 
     @torch.inference_mode()
     def decode(self, tokens: torch.Tensor, cache_seqlens: torch.Tensor, block_table: torch.Tensor,
                cache: PagedKVCache) -> torch.Tensor:
         """One token per sequence: tokens int64 [batch] at positions cache_seqlens (int32 [batch], the
         keys already cached), block_table int32 [batch, pages]. Appends each token's K and V to the
-        cache and returns float32 logits [batch, vocab]; the caller advances cache_seqlens."""
+        cache and returns float32 logits [batch, vocab] (on every rank); the caller advances
+        cache_seqlens."""
         b = tokens.shape[0]
 
         def attention(i, q, k, v):
@@ -181,6 +222,6 @@ class Llama(torch.nn.Module):
             return out.view(b, *q.shape[1:])
 
         x = F.embedding(tokens, self.embed)
-        if b <= GEMV_MAX_ROWS:
-            return self._gemv_layers(x, attention).float()
-        return F.linear(self._layers(x, attention), self.output_weight).float()
+        logits = self._gemv_layers(x, attention) if b <= GEMV_MAX_ROWS else \
+            F.linear(self._layers(x, attention), self.output_weight)
+        return self.tp.gather_vocab(logits, self.config.vocab_size).float()

@@ -1,6 +1,6 @@
 """LLaMA weights from HuggingFace: a ``LlamaForCausalLM`` state dict, or a checkpoint directory
-(``config.json`` + safetensors shards). The q/k/v projections are concatenated and gate/up packed
-for fused_mlp once, here. Every tensor's name and shape is checked before any is copied, so a bad
+(``config.json`` + safetensors shards), whole or this rank's part of it (parallel.py says which).
+The q/k/v projections are concatenated and gate/up packed for fused_mlp once, here. Every tensor's name and shape is checked before any is copied, so a bad
 checkpoint fails with the full list of problems and no half-loaded model."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 from ...gemm_pair import pack_gate_up
 from .config import LlamaConfig
 from .model import Llama
+from .parallel import TensorParallel
 
 
 def hf_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
@@ -50,53 +51,88 @@ def check_names_and_shapes(cfg: LlamaConfig, found: dict[str, tuple[int, ...]]) 
                          + "; ".join(problems[:20]) + ("; ..." if len(problems) > 20 else ""))
 
 
-def _fill(model: Llama, get: Callable[[str], torch.Tensor], names: Iterable[str],
-          pending: dict[int, dict[str, torch.Tensor]]) -> None:
-    """Copy HF tensors into the model as `get(name)` yields them, in the order of `names`. Gate and
-    up of a layer are packed once both have been read; `pending` holds the one read first (they may
-    sit in different shards)."""
-    cfg = model.config
+# Bytes of a checkpoint tensor copied at a time: what a load holds on the host beyond the model
+# (safetensors maps the files and copies out only the rows asked for).
+READ_BYTES = 64 << 20
+
+# read(name, index) -> the part `index` (a tuple of slices) of HF tensor `name`.
+Reader = Callable[[str, tuple], torch.Tensor]
+
+
+def _copy_rows(dst: torch.Tensor, rows_of: Callable[[slice], torch.Tensor]) -> None:
+    """dst.copy_(rows_of(all rows)), READ_BYTES of the source at a time."""
+    step = max(1, READ_BYTES // max(1, dst[0].numel() * dst.element_size()))
+    for r in range(0, dst.shape[0], step):
+        rows = slice(r, min(r + step, dst.shape[0]))
+        dst[rows].copy_(rows_of(rows))
+
+
+def _fill(model: Llama, read: Reader, names: Iterable[str], pending: dict[int, dict[str, torch.Tensor]]) -> None:
+    """Copy this rank's part of each HF tensor in `names` into the model. Gate and up of a layer
+    are packed once both have been read; `pending` holds the one read first (they may sit in
+    different shards)."""
+    cfg, tp = model.config, model.tp
+
+    def load(dst: torch.Tensor, name: str) -> None:
+        split = tp.hf_split(cfg, name)
+        if split is None:
+            _copy_rows(dst, lambda rows: read(name, (rows,)))
+        elif split[0] == 0:
+            base = split[1].start
+            _copy_rows(dst, lambda rows: read(name, (slice(base + rows.start, base + rows.stop),)))
+        else:
+            _copy_rows(dst, lambda rows: read(name, (rows, split[1])))
+
     for name in names:
-        t = get(name)
         if name == "model.embed_tokens.weight":
-            model.embed.copy_(t)
+            load(model.embed, name)
+            if cfg.tie_word_embeddings and model.lm_head is not None:  # this rank's rows of it
+                part = tp.vocab_part(cfg.vocab_size)
+                model.lm_head[:part.stop - part.start].copy_(model.embed[part])
+                model.lm_head[part.stop - part.start:].zero_()
         elif name == "model.norm.weight":
-            model.norm.copy_(t)
+            load(model.norm, name)
         elif name == "lm_head.weight":
-            if model.lm_head is not None:
-                model.lm_head.copy_(t)
+            if not cfg.tie_word_embeddings:  # a tied checkpoint's copy of the embedding is not read
+                part = tp.vocab_part(cfg.vocab_size)
+                load(model.lm_head[:part.stop - part.start], name)
+                model.lm_head[part.stop - part.start:].zero_()  # the padding rows of the last rank
         elif name.startswith("model.layers."):
             n, rest = name[len("model.layers."):].split(".", 1)
             layer = model.layers[int(n)]
+            q, kv = model.num_heads * cfg.head_dim, model.num_kv_heads * cfg.head_dim
             if rest == "input_layernorm.weight":
-                layer.attn_norm.copy_(t)
+                load(layer.attn_norm, name)
             elif rest == "post_attention_layernorm.weight":
-                layer.mlp_norm.copy_(t)
+                load(layer.mlp_norm, name)
             elif rest == "self_attn.q_proj.weight":
-                layer.wqkv[:cfg.q_size].copy_(t)
+                load(layer.wqkv[:q], name)
             elif rest == "self_attn.k_proj.weight":
-                layer.wqkv[cfg.q_size:cfg.q_size + cfg.kv_size].copy_(t)
+                load(layer.wqkv[q:q + kv], name)
             elif rest == "self_attn.v_proj.weight":
-                layer.wqkv[cfg.q_size + cfg.kv_size:].copy_(t)
+                load(layer.wqkv[q + kv:], name)
             elif rest == "self_attn.o_proj.weight":
-                layer.wo.copy_(t)
+                load(layer.wo, name)
             elif rest == "mlp.down_proj.weight":
-                layer.w_down.copy_(t)
+                load(layer.w_down, name)
             elif rest in ("mlp.gate_proj.weight", "mlp.up_proj.weight"):
+                w = layer.w_gate_up
                 part = pending.setdefault(int(n), {})
-                part[rest.split(".")[1]] = t.to(layer.w_gate_up.device, layer.w_gate_up.dtype)
+                part[rest.split(".")[1]] = t = torch.empty(w.shape[0] // 2, w.shape[1], dtype=w.dtype, device=w.device)
+                load(t, name)
                 if len(part) == 2:
-                    layer.w_gate_up.copy_(pack_gate_up(part.pop("gate_proj"), part.pop("up_proj")))
+                    w.copy_(pack_gate_up(part.pop("gate_proj"), part.pop("up_proj")))
                     del pending[int(n)]
 
 
 @torch.inference_mode()
 def from_hf_state_dict(cfg: LlamaConfig, state_dict: dict[str, torch.Tensor], dtype=torch.bfloat16,
-                       device="cuda") -> Llama:
-    """A model from the state dict of a HF ``LlamaForCausalLM`` (e.g. ``hf_model.state_dict()``)."""
+                       device="cuda", tp: TensorParallel | None = None) -> Llama:
+    """A model from the state dict of a HF ``LlamaForCausalLM`` (e.g. ``hf_model.state_dict()``);
+    with `tp`, this rank's part of it."""
     check_names_and_shapes(cfg, {n: tuple(t.shape) for n, t in state_dict.items()})
-    model = Llama(cfg, dtype, device)
-    _fill(model, state_dict.__getitem__, list(hf_shapes(cfg)), {})
+    model = Llama(cfg, dtype, device, tp)
+    _fill(model, lambda name, index: state_dict[name][index], list(hf_shapes(cfg)), {})
     return model
 
 
@@ -113,10 +149,11 @@ def _shard_files(path: pathlib.Path) -> list[pathlib.Path]:
 
 @torch.inference_mode()
 def load_checkpoint(path: str | pathlib.Path, dtype=torch.bfloat16, device="cuda",
-                    config: LlamaConfig | None = None) -> Llama:
+                    config: LlamaConfig | None = None, tp: TensorParallel | None = None) -> Llama:
     """A model from a HF checkpoint directory: ``config.json`` and safetensors shards, read one
-    shard at a time straight into the model's tensors (never two copies of the weights). Nothing
-    is downloaded."""
+    shard at a time straight into the model's tensors (never two copies of the weights), at most
+    READ_BYTES at a time through the host. With `tp`, only this rank's rows and columns of each
+    tensor are read. Nothing is downloaded."""
     from safetensors import safe_open
 
     path = pathlib.Path(path)
@@ -129,9 +166,9 @@ def load_checkpoint(path: str | pathlib.Path, dtype=torch.bfloat16, device="cuda
                 found[name] = tuple(sf.get_slice(name).get_shape())
     check_names_and_shapes(cfg, found)
     want = hf_shapes(cfg)
-    model = Llama(cfg, dtype, device)
+    model = Llama(cfg, dtype, device, tp)
     pending: dict[int, dict[str, torch.Tensor]] = {}
     for f in files:
         with safe_open(str(f), framework="pt") as sf:
-            _fill(model, sf.get_tensor, [n for n in sf.keys() if n in want], pending)
+            _fill(model, lambda name, index: sf.get_slice(name)[index], [n for n in sf.keys() if n in want], pending)
     return model

@@ -1,0 +1,395 @@
+"""Tensor-parallel LLaMA (cute_ops.models.llama.parallel).
+
+CPU: which part of each weight a rank holds; a sharded checkpoint load reassembling to the whole
+model for 2 and 4 ranks; random sharded weights; and the sharded forward over 2 gloo processes
+(prefill, decode on both paths, greedy generation) against one rank, with the model's GPU ops
+replaced by cute_ops.reference's plain PyTorch versions, so that the split of the math and the
+collectives are checked on any machine. GPU (2 or more GPUs): the same over NCCL with the real
+kernels and CUDA-graph decode, against transformers in float64.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import cute_ops
+from cute_ops.models.llama import Generator, Llama, LlamaConfig, PagedKVCache, from_hf_state_dict, load_checkpoint
+from cute_ops.models.llama.parallel import MULTICAST_OFF, TensorParallel, disable_multicast
+from cute_ops.models.llama.weights import hf_shapes
+from cute_ops.rope import Llama3RopeScaling
+from conftest import assert_close_to_reference
+
+
+def _cfg(**kw) -> LlamaConfig:
+    # vocab and intermediate size split unevenly into 64-row blocks and (vocab) into ranks: the
+    # padding of the vocabulary and pack_gate_up's short last block are both exercised.
+    base = dict(vocab_size=1001, hidden_size=256, intermediate_size=1000, num_layers=2, num_heads=8, num_kv_heads=4,
+                head_dim=64, rms_norm_eps=1e-5, rope_theta=500000.0, max_position=1024,
+                rope_scaling=Llama3RopeScaling(factor=8.0, original_max_position=256), eos_token_ids=(1000,))
+    base.update(kw)
+    return LlamaConfig(**base)
+
+
+def _state_dict(cfg: LlamaConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {n: torch.randn(s, generator=gen) * (0.1 if n.endswith("norm.weight") else s[-1] ** -0.5)
+            + (1.0 if n.endswith("norm.weight") else 0.0) for n, s in hf_shapes(cfg).items()}
+
+
+# ---------------------------------------------------------------- CPU: the split of the weights
+def test_hf_split_of_each_tensor():
+    cfg = _cfg()
+    tp = TensorParallel(rank=1, world_size=2)
+    p = "model.layers.0."
+    assert tp.hf_split(cfg, p + "self_attn.q_proj.weight") == (0, slice(256, 512))   # query heads 4..7
+    assert tp.hf_split(cfg, p + "self_attn.k_proj.weight") == (0, slice(128, 256))   # kv heads 2..3
+    assert tp.hf_split(cfg, p + "self_attn.o_proj.weight") == (1, slice(256, 512))
+    assert tp.hf_split(cfg, p + "mlp.up_proj.weight") == (0, slice(500, 1000))
+    assert tp.hf_split(cfg, p + "mlp.down_proj.weight") == (1, slice(500, 1000))
+    assert tp.hf_split(cfg, "lm_head.weight") == (0, slice(501, 1001))             # 500 rows + 1 of padding
+    for whole in (p + "input_layernorm.weight", "model.embed_tokens.weight", "model.norm.weight"):
+        assert tp.hf_split(cfg, whole) is None
+    assert TensorParallel().hf_split(cfg, p + "self_attn.q_proj.weight") is None
+    assert tp.vocab_rows(1001) == 501 and TensorParallel(3, 4).vocab_part(1001) == slice(753, 1001)
+
+
+def test_split_rules():
+    with pytest.raises(ValueError, match=r"num_kv_heads \(4\) to be a multiple of 8"):
+        Llama(_cfg(), device="meta", tp=TensorParallel(0, 8))
+    with pytest.raises(ValueError, match=r"intermediate_size \(1004\) to be a multiple of 8"):
+        Llama(_cfg(num_kv_heads=8, intermediate_size=1004), device="meta", tp=TensorParallel(0, 8))
+    with pytest.raises(ValueError, match="rank 2 of 2"):
+        TensorParallel(2, 2)
+    with pytest.raises(ValueError, match="torchrun --nproc-per-node 2"):
+        TensorParallel.from_torchrun(2)
+    model = Llama(_cfg(), device="meta", tp=TensorParallel(0, 4))
+    with pytest.raises(ValueError, match="build the cache with the model's tp"):
+        Generator(model, PagedKVCache(_cfg(), 4, 16, device="meta"))
+    assert PagedKVCache(_cfg(), 4, 16, device="meta", tp=model.tp).k.shape[3] == 1
+
+
+def test_multicast_stays_off(monkeypatch):
+    for name in MULTICAST_OFF:
+        monkeypatch.delenv(name, raising=False)
+    disable_multicast()
+    import os
+    assert {n: os.environ[n] for n in MULTICAST_OFF} == MULTICAST_OFF
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
+    with pytest.raises(RuntimeError, match="NCCL_NVLS_ENABLE=1 would allow NVLink multicast"):
+        disable_multicast()
+
+
+def _reassemble(parts: list[Llama]) -> dict[str, torch.Tensor]:
+    """The whole model's tensors from the ranks' parts (rank order), as the one-rank model holds them."""
+    cfg, n = parts[0].config, len(parts)
+    q, kv = cfg.q_size // n, cfg.kv_size // n
+    out = {"embed": parts[0].embed, "norm": parts[0].norm}
+    for m in parts[1:]:  # replicated: the same on every rank
+        assert torch.equal(m.embed, out["embed"]) and torch.equal(m.norm, out["norm"])
+    out["lm_head"] = torch.cat([m.lm_head for m in parts])[:cfg.vocab_size]
+    for i in range(cfg.num_layers):
+        layers = [m.layers[i] for m in parts]
+        out[f"{i}.wqkv"] = torch.cat([torch.cat([layer.wqkv[s] for layer in layers]) for s in
+                                      (slice(0, q), slice(q, q + kv), slice(q + kv, None))])
+        out[f"{i}.wo"] = torch.cat([layer.wo for layer in layers], dim=1)
+        gate_up = [cute_ops.unpack_gate_up(layer.w_gate_up) for layer in layers]
+        out[f"{i}.w_gate_up"] = cute_ops.pack_gate_up(torch.cat([g for g, _ in gate_up]), torch.cat([u for _, u in gate_up]))
+        out[f"{i}.w_down"] = torch.cat([layer.w_down for layer in layers], dim=1)
+        for norm in ("attn_norm", "mlp_norm"):
+            out[f"{i}.{norm}"] = layers[0].__getattr__(norm)
+            assert all(torch.equal(layer.__getattr__(norm), out[f"{i}.{norm}"]) for layer in layers)
+    for m in parts:  # the padding rows of the vocabulary are zero
+        assert not m.lm_head[len(range(cfg.vocab_size)[m.tp.vocab_part(cfg.vocab_size)]):].any()
+    return out
+
+
+def _whole(model: Llama) -> dict[str, torch.Tensor]:
+    out = {"embed": model.embed, "norm": model.norm, "lm_head": model.output_weight}
+    for i, layer in enumerate(model.layers):
+        out.update({f"{i}.{n}": p for n, p in layer.named_parameters()})
+    return out
+
+
+def _save_checkpoint(tmp_path, cfg: LlamaConfig, sd: dict[str, torch.Tensor]) -> None:
+    from safetensors.torch import save_file
+    names = sorted(sd)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for f, ns in shards.items():
+        save_file({n: sd[n].contiguous() for n in ns}, str(tmp_path / f))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {n: f for f, ns in shards.items() for n in ns}}))
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("tied", [False, True])
+def test_sharded_load_reassembles_the_whole_model(tmp_path, monkeypatch, world, tied):
+    # Small reads, so that the row-chunked copies are exercised on every tensor.
+    monkeypatch.setattr("cute_ops.models.llama.weights.READ_BYTES", 3000)
+    cfg = _cfg(tie_word_embeddings=tied)
+    sd = _state_dict(cfg)
+    _save_checkpoint(tmp_path, cfg, sd)
+    whole = _whole(from_hf_state_dict(cfg, sd, device="cpu"))
+    parts = [load_checkpoint(tmp_path, device="cpu", config=cfg, tp=TensorParallel(r, world)) for r in range(world)]
+    for m in parts:
+        assert m.layers[0].wqkv.shape == ((cfg.num_heads + 2 * cfg.num_kv_heads) // world * 64, 256)
+        assert m.weight_bytes < sum(p.numel() * 2 for p in whole.values() if p is not whole["embed"] or tied) // world + \
+            cfg.hidden_size * (2 * cfg.num_layers + 1) * 2 + cfg.hidden_size * 2 * world
+    got = _reassemble(parts)
+    assert got.keys() == whole.keys()
+    for name, t in whole.items():
+        assert torch.equal(got[name], t), name
+    # The state dict path gives the same parts.
+    direct = from_hf_state_dict(cfg, sd, device="cpu", tp=TensorParallel(world - 1, world))
+    for (n, a), (_, b) in zip(direct.named_parameters(), parts[-1].named_parameters()):
+        assert torch.equal(a, b), n
+
+
+def test_random_sharded_weights():
+    cfg = _cfg(tie_word_embeddings=True)
+    a, b = (Llama.random(cfg, device="cpu", tp=TensorParallel(r, 2)) for r in range(2))
+    assert torch.equal(a.embed, b.embed) and torch.equal(a.layers[1].mlp_norm, b.layers[1].mlp_norm)
+    assert not torch.equal(a.layers[0].wqkv, b.layers[0].wqkv)   # each rank draws its own part
+    assert torch.equal(b.lm_head[:500], b.embed[501:]) and not b.lm_head[500:].any()  # tied rows, padding
+    # The scale of the whole weight: o's parts are drawn for its full fan-in.
+    assert abs(a.layers[0].wo.float().std().item() * cfg.q_size ** 0.5 - 1) < 0.05
+    one = Llama.random(cfg, device="cpu")
+    assert one.lm_head is None and torch.equal(one.embed, a.embed)
+
+
+# ---------------------------------------------------------------- the sharded forward
+def _use_reference_ops() -> None:
+    """Swap the model's GPU ops for cute_ops.reference (plain PyTorch, any device), keeping the
+    ops' in-place effects (the residual of fused_add_rms_norm, RoPE on q and k, the cache append)."""
+    from cute_ops import reference as ref
+    from cute_ops.models.llama import model
+
+    def fused_add_rms_norm(x, residual, weight, eps):
+        out, new = ref.fused_add_rms_norm(x, residual, weight, eps)
+        residual.copy_(new)
+        return out
+
+    def rotary_embedding(q, k, positions, cos_sin):
+        q_rot, k_rot = ref.rotary_embedding(q, k, positions, cos_sin)
+        q.copy_(q_rot)
+        k.copy_(k_rot)
+
+    def flash_decode(q, k_cache, v_cache, seqlens, k_new, v_new, block_table, cos, sin):
+        out, lse, k_after, v_after = ref.decode_attention(q, k_cache, v_cache, seqlens, k_new, v_new, block_table,
+                                                          cos, sin)
+        k_cache.copy_(k_after)
+        v_cache.copy_(v_after)
+        return out.to(q.dtype), lse
+
+    model.rms_norm = ref.rms_norm
+    model.fused_add_rms_norm = fused_add_rms_norm
+    model.rotary_embedding = rotary_embedding
+    model.flash_fwd_varlen = lambda q, k, v, cu_q, cu_k, max_q, max_k, causal: ref.attention_varlen(
+        q, k, v, cu_q, cu_k, causal=causal)
+    model.flash_decode = flash_decode
+    model.gemv = ref.gemv
+    model.fused_mlp = lambda x, w_gate_up, w_down: ref.gemm_pair(x, w_gate_up, w_down, "swiglu")
+
+
+LENGTHS, STEPS = [37, 5, 1], 16
+
+
+def _float64(model: Llama) -> Llama:
+    """The model converted in place to float64 (the same bf16-rounded weights, exact arithmetic
+    through the reference ops)."""
+    with torch.inference_mode():
+        return model.to(torch.float64)
+
+
+def _run(model: Llama, seqs: list[torch.Tensor], device, wide: bool = False) -> list[torch.Tensor]:
+    """Logits of a prefill of each sequence's first LENGTHS[b] tokens and STEPS teacher-forced decode
+    steps ([prompt rows + STEPS, vocab] per sequence). wide: the batch repeated to 3 x 3 = 9
+    sequences, past the gemv path's rows (the decode of more than 8 sequences)."""
+    reps = 3 if wide else 1
+    lengths = LENGTHS * reps
+    seqs = seqs * reps
+    cache = PagedKVCache.for_tokens(model.config, sum(lengths) + len(lengths) * (STEPS + 16), page_size=16,
+                                    dtype=model.embed.dtype, device=device, tp=model.tp)
+    for i, n in enumerate(lengths):
+        cache.allocator.allocate(i, n + STEPS)
+    tokens = torch.cat([s[:n] for s, n in zip(seqs, lengths)]).to(device)
+    cu = torch.tensor([0] + lengths).cumsum(0).to(torch.int32)
+    positions = torch.cat([torch.arange(n) for n in lengths]).to(device)
+    slots = cache.slots(list(range(len(lengths))), lengths).to(device)
+    logits = model.prefill(tokens, cu.to(device), max(lengths), positions, slots, cache)
+    out = [[logits[cu[b]:cu[b + 1]]] for b in range(len(lengths))]
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device=device)
+    table = cache.block_table_rows(list(range(len(lengths)))).to(device)
+    for t in range(STEPS):
+        step = model.decode(torch.stack([s[n + t] for s, n in zip(seqs, lengths)]).to(device), seqlens, table, cache)
+        for b in range(len(lengths)):
+            out[b].append(step[b:b + 1])
+        seqlens += 1
+    return [torch.cat(o) for o in out[:len(LENGTHS)]]
+
+
+def _greedy(model: Llama, device, cuda_graphs: bool) -> tuple[list[list[int]], torch.Tensor]:
+    """Greedy generation of 3 prompts through Generator: (tokens, the logits each token was picked
+    from, [steps, 3, vocab])."""
+    from cute_ops.models.llama import generate
+
+    prompts = [list(range(3, 3 + n)) for n in (9, 30, 2)]
+    cache = PagedKVCache.for_tokens(model.config, 3 * 64, page_size=16, max_seq_len=64, dtype=model.embed.dtype,
+                                    device=device, tp=model.tp)
+    seen = []
+    sample = generate.sample
+
+    def recorded(logits, params, gen=None):
+        seen.append(logits.float().cpu())
+        return sample(logits, params, gen)
+
+    generate.sample = recorded
+    try:
+        tokens = Generator(model, cache, max_batch=4, cuda_graphs=cuda_graphs).generate(prompts, 12, stop_tokens=())
+    finally:
+        generate.sample = sample
+    return tokens, torch.stack(seen)
+
+
+def _assert_same_greedy_tokens(got: list[list[int]], want: list[list[int]], want_logits: torch.Tensor,
+                               tol: float) -> None:
+    """The same tokens, except that a sequence may part ways where the one-rank run's logits had
+    another token within `tol` of the one it picked (a near tie that rounding may break either
+    way); the tokens after that point are not compared. Random models have flat logits: in the
+    CPU test's one-rank run, 3 of 36 steps had their top two logits equal in bf16."""
+    for b, (g, w) in enumerate(zip(got, want)):
+        for t, (x, y) in enumerate(zip(g, w)):
+            if x != y:
+                logits = want_logits[t, b]
+                assert logits[y] - logits[x] <= tol, \
+                    f"sequence {b}, token {t}: {x} against {y}, whose logit was {logits[y] - logits[x]:.4f} higher"
+                break
+
+
+def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd, queue, plant: str | None) -> None:
+    """One rank: its part of the model from the state dict, the forward passes, and its results
+    (rank 0's, and whether every rank's logits are the same) put on `queue`. plant: a bug to plant."""
+    import torch.distributed as dist
+
+    if plant == "wrong kv heads":
+        split = TensorParallel.hf_split
+
+        def wrong(self, cfg, name):
+            got = split(self, cfg, name)
+            return (0, split(TensorParallel(0, self.world_size), cfg, name)[1]) if name.endswith(
+                ("k_proj.weight", "v_proj.weight")) else got
+
+        TensorParallel.hf_split = wrong
+
+    disable_multicast()
+    device = "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device = f"cuda:{rank}"
+    else:
+        _use_reference_ops()
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
+    try:
+        tp = TensorParallel(rank, world)
+        torch.manual_seed(0)  # the same sequences on every rank
+        seqs = [torch.randint(0, cfg.vocab_size, (n + STEPS,)) for n in LENGTHS]
+        model = from_hf_state_dict(cfg, sd, dtype=torch.bfloat16, device=device, tp=tp)
+        logits = _run(model, seqs, device)
+        wide = _run(model, seqs, device, wide=True)
+        tokens, _ = _greedy(model, device, cuda_graphs=backend == "nccl")
+        # Every rank must hold the same logits (the gather) and pick the same tokens.
+        mine = torch.cat([x.flatten() for x in logits + wide]).float()
+        everyone = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(everyone, mine)
+        same = all(torch.equal(e, mine) for e in everyone)
+        objs = [None] * world
+        dist.all_gather_object(objs, tokens)
+        same = same and all(o == tokens for o in objs)
+        if rank == 0:
+            queue.put(([x.cpu() for x in logits], [x.cpu() for x in wide], tokens, same))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_ranks(tmp_path, world: int, backend: str, cfg: LlamaConfig, sd, plant: str | None = None):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    init = f"file://{tmp_path}/rendezvous"
+    procs = [ctx.Process(target=_worker, args=(r, world, init, backend, cfg, sd, queue, plant)) for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        result = queue.get(timeout=600)
+    finally:
+        for p in procs:
+            p.join(timeout=120)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    return result
+
+
+def _check_against_one_rank(result, one: tuple, ref: list[torch.Tensor], low: list[torch.Tensor]) -> None:
+    """result: _run_ranks'; one: the one-rank model's (_run, _greedy); ref/low: float64 and
+    low-precision references of _run's logits."""
+    logits, wide, tokens, same = result
+    assert same, "the ranks' logits or tokens differ"
+    for b in range(len(LENGTHS)):
+        for got, what in ((logits[b], "tp=2"), (one[0][b], "tp=1"), (wide[b], "tp=2, 9 sequences")):
+            assert_close_to_reference(got, ref[b], low[b], k=2, what=f"{what}, sequence {b}")
+    # A near tie: within twice the largest difference between the two runs' logits seen above.
+    tol = 2 * max((a - b).abs().max().item() for a, b in zip(logits, one[0]))
+    _assert_same_greedy_tokens(tokens, one[1], one[2], tol)
+
+
+def test_two_ranks_on_cpu_match_one(tmp_path):
+    """gloo, reference ops: TP=2 against TP=1 (both against float64)."""
+    _use_reference_ops()
+    cfg = _cfg()
+    sd = _state_dict(cfg)
+    torch.manual_seed(0)
+    seqs = [torch.randint(0, cfg.vocab_size, (n + STEPS,)) for n in LENGTHS]
+    one_model = from_hf_state_dict(cfg, sd, dtype=torch.bfloat16, device="cpu")
+    one = (_run(one_model, seqs, "cpu"), *_greedy(one_model, "cpu", cuda_graphs=False))
+    # Float64: the same bf16-rounded weights, every step exact (the reference ops compute in the inputs' dtype).
+    ref = _run(_float64(one_model), seqs, "cpu")
+    result = _run_ranks(tmp_path, 2, "gloo", cfg, sd)
+    _check_against_one_rank(result, one, ref, one[0])
+
+
+def test_planted_bug_fails_the_two_rank_check(tmp_path):
+    # Rank 1 loads rank 0's kv heads (a split that indexes k/v by the rank's query-head range of
+    # the wrong size, say): half the query heads attend over the wrong keys. The check must fail.
+    _use_reference_ops()
+    cfg = _cfg(num_layers=1)
+    sd = _state_dict(cfg)
+    torch.manual_seed(0)
+    seqs = [torch.randint(0, cfg.vocab_size, (n + STEPS,)) for n in LENGTHS]
+    one_model = from_hf_state_dict(cfg, sd, dtype=torch.bfloat16, device="cpu")
+    one = (_run(one_model, seqs, "cpu"), *_greedy(one_model, "cpu", cuda_graphs=False))
+    ref = _run(_float64(one_model), seqs, "cpu")
+    result = _run_ranks(tmp_path, 2, "gloo", cfg, sd, plant="wrong kv heads")
+    with pytest.raises(AssertionError, match="exceeds"):
+        _check_against_one_rank(result, one, ref, one[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="tensor parallelism over NCCL needs 2 GPUs")
+def test_two_gpus_match_one(tmp_path):
+    """NCCL, the real kernels, CUDA-graph decode: TP=2 and TP=1 each within the LLaMA parity
+    tests' bound of transformers in float64; the same greedy tokens."""
+    from test_llama import _hf_models
+    cfg = _cfg()
+    sd = _state_dict(cfg)
+    hf = _hf_models(cfg, sd, [torch.float64, torch.bfloat16])
+    torch.manual_seed(0)
+    seqs = [torch.randint(0, cfg.vocab_size, (n + STEPS,)) for n in LENGTHS]
+    with torch.no_grad():
+        ref = [hf[torch.float64](s[None].cuda()).logits[0].cpu() for s in seqs]
+        low = [hf[torch.bfloat16](s[None].cuda()).logits[0].float().cpu() for s in seqs]
+    one_model = from_hf_state_dict(cfg, sd, dtype=torch.bfloat16)
+    one = ([x.cpu() for x in _run(one_model, seqs, "cuda")], *_greedy(one_model, "cuda", cuda_graphs=True))
+    del one_model, hf
+    torch.cuda.empty_cache()
+    _check_against_one_rank(_run_ranks(tmp_path, 2, "nccl", cfg, sd), one, ref, low)
