@@ -41,6 +41,8 @@ BASELINES = {
     "gptfast_compile": ("for the LLaMA model: a gpt-fast-style model in plain PyTorch with a static KV cache "
                         "(perf/llama_baseline.py), same weights, through `torch.compile(mode=\"reduce-overhead\", "
                         "fullgraph=True)` (decode) or `torch.compile(fullgraph=True)` (prefill)"),
+    "tp1": ("for tensor-parallel rows (perf/run_tp.py): our own model on one GPU of the same host, same shape, "
+            "measured in the same run; 'vs best' is then the speedup of the row's GPUs over one"),
     "hf_eager": ("transformers' `LlamaForCausalLM` on the same weights, eager attention, run eagerly: decode over "
                  "its `StaticCache`, prefill without a cache"),
 }

@@ -14,6 +14,7 @@ sys.path.insert(0, str(PERF))
 import registry  # noqa: E402
 import report  # noqa: E402
 import run  # noqa: E402
+import run_tp  # noqa: E402
 
 CEIL = {"copy_TBps": 3.0, "read_TBps": 3.3, "matmul_bf16_tflops": 700.0,
         "read_by_kernel_TBps": {"torch_sum": 3.1, "triton_4096_4w": 3.3}}
@@ -194,6 +195,22 @@ def test_main_without_gpu_exits_0_with_a_message(monkeypatch, tmp_path, capsys):
     out = capsys.readouterr().out
     assert len(out.strip().splitlines()) == 1 and "CUDA GPU" in out and "kernels" in out
     assert not list(tmp_path.iterdir())
+
+
+def test_tp_runner_without_torchrun_exits_0_with_a_message(monkeypatch, capsys):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert run_tp.main() == 0
+    assert "torchrun --nproc-per-node N" in capsys.readouterr().out
+
+
+def test_tp_rows_report_the_speedup_over_one_gpu_and_the_all_reduce():
+    r = run_tp.tp_row("llama_decode", {"model": "llama3-8b", "tp": 2, "B": 1, "ctx": 512}, 2500.0, {"tp1": 4500.0},
+                      CEIL_H200, nbytes=8_000_000_000, allreduce_us=8.0)
+    m = r["metrics"]
+    assert m["best_baseline"] == "tp1" and m["speedup_vs_best_baseline"] == 1.8
+    assert m["frac_of_floor"] == round(8e9 / 2500e-6 / 1e12 / CEIL_H200["read_TBps"], 3)
+    assert m["allreduce_us_each"] == 8.0 and m["allreduce_us_per_step"] == 8.0 * 2 * 32
+    assert "tp1" in report.BASELINES
 
 
 # -- report -------------------------------------------------------------------------------------

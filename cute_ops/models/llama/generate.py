@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .kv_cache import PagedKVCache, PageAllocator
+from .kv_cache import PagedKVCache
 from .model import Llama
 
 

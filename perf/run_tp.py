@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Tensor-parallel LLaMA benchmark, over the GPUs of one host:
+
+    torchrun --nproc-per-node 2 perf/run_tp.py          # perf/results/<gpu>x2.json (h200x2.json)
+
+Every rank runs the same steps; rank 0 writes the results file and prints the table. Cases (random
+bf16 weights, each rank drawing its own part; decode over a cache of `CTX` keys a sequence):
+
+- llama3-8b decode at B in DECODE_8B, on one GPU (rank 0 alone, `tp` 1) and over all of them: the
+  tensor-parallel rows name the one-GPU time as their baseline `tp1`, so 'vs best' is the speedup.
+- llama3-70b decode at B in DECODE_70B and a prefill of PREFILL_70B, over all the GPUs (it does not
+  fit on one). Its floor: each GPU's weights and KV rows read at the read ceiling measured here.
+
+A decode row also reports the all-reduce (`allreduce_us_each`: one [B, hidden] all-reduce, alone in a
+graph of 64; `allreduce_us_per_step`: times the 2 per layer). Timing is CUDA-graph replay of
+STEP_CALLS decode steps (prefill: eager calls), a fixed number of rounds on every rank (the ranks'
+collectives must pair up, so no rank may size its rounds from its own timings), median over rounds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+from harness import Case, ceilings  # noqa: E402
+from report import gpu_slug  # noqa: E402
+from run import RESULTS, commit, new_doc, row, table  # noqa: E402
+
+from cute_ops.models.llama import PRESETS, Generator, Llama, PagedKVCache  # noqa: E402
+from cute_ops.models.llama.__main__ import all_reduce_us  # noqa: E402
+from cute_ops.models.llama.generate import _Sequence  # noqa: E402
+from cute_ops.models.llama.parallel import TensorParallel  # noqa: E402
+
+CTX = 512
+DECODE_8B = [1, 8, 32]
+DECODE_70B = [1, 8]
+PREFILL_70B = (1, 2048)
+PAGE_SIZE = 64
+STEP_CALLS = 4      # decode steps per graph replay
+ROUNDS = 20         # timed replays (decode) or calls (prefill), the same on every rank
+TIMING = (f"decode: CUDA-graph replay of {STEP_CALLS} steps (Generator.decode_step's graph), median of {ROUNDS} "
+          f"replays after 3, per step; prefill: eager calls, median of {ROUNDS // 2} after 2; the same fixed counts "
+          "on every rank")
+
+
+def _median_us(fn, rounds: int, per_round: int) -> float:
+    """Median over `rounds` of fn() (timed with CUDA events), per call, in us."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(1e3 * start.elapsed_time(end) / per_round)
+    return sorted(times)[len(times) // 2]
+
+
+def _kv_bytes(cfg, batch: int, tp: TensorParallel) -> int:
+    return batch * CTX * 2 * cfg.num_layers * cfg.kv_size // tp.world_size * 2
+
+
+def decode_us(model: Llama, batch: int) -> float:
+    """A decode step of `batch` sequences at position CTX, as Generator replays it."""
+    torch.cuda.empty_cache()  # the previous case's cache and graph
+    cfg, tp = model.config, model.tp
+    cache = PagedKVCache.for_tokens(cfg, batch * (CTX + PAGE_SIZE), PAGE_SIZE, max_seq_len=CTX + PAGE_SIZE, tp=tp)
+    cache.k.normal_()
+    cache.v.normal_()
+    runner = Generator(model, cache, max_batch=batch)
+    running = []
+    for s in range(batch):
+        cache.allocator.allocate(s, CTX + 8)
+        running.append(_Sequence(request=s, seq_id=s, length=CTX, last=1))
+    runner._load_batch(running)  # every step: the token at position CTX of each sequence
+    runner.decode_step(batch)    # captures the bucket's graph
+    graph = runner._graphs[batch][0]
+
+    def steps():
+        for _ in range(STEP_CALLS):
+            graph.replay()
+
+    return _median_us(steps, ROUNDS, STEP_CALLS)
+
+
+def prefill_us(model: Llama, batch: int, seqlen: int) -> float:
+    """A prefill of `batch` prompts of `seqlen` tokens (the logits of each one's last token)."""
+    torch.cuda.empty_cache()
+    cfg, tp = model.config, model.tp
+    cache = PagedKVCache.for_tokens(cfg, batch * (seqlen + PAGE_SIZE), PAGE_SIZE, max_seq_len=seqlen + PAGE_SIZE,
+                                    tp=tp)
+    for s in range(batch):
+        cache.allocator.allocate(s, seqlen)
+    gen = torch.Generator(device="cuda").manual_seed(0)  # the same prompts on every rank
+    tokens = torch.randint(0, cfg.vocab_size, (batch * seqlen,), device="cuda", generator=gen)
+    cu = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seqlen
+    positions = torch.arange(seqlen, device="cuda").repeat(batch)
+    slots = cache.slots(list(range(batch)), [seqlen] * batch).cuda()
+    return _median_us(lambda: model.prefill(tokens, cu, seqlen, positions, slots, cache, cu[1:] - 1), ROUNDS // 2, 1)
+
+
+def tp_row(op: str, shape: dict, us: float, baselines: dict[str, float], ceil: dict, nbytes: int | None = None,
+           flops: int | None = None, allreduce_us: float | None = None) -> dict:
+    """A results row as run.py writes them. nbytes: what one GPU must read (its weights and KV rows:
+    the floor); allreduce_us: one all-reduce, reported per step as 2 a layer of shape["model"]."""
+    case = Case(op=op, family=op, shape=shape, dtype=torch.bfloat16, setup=None, bytes=nbytes, flops=flops,
+                read_dominated=nbytes is not None, floor_metric=nbytes is not None)
+    r = row(case, {"ours": us, **baselines}, {"ours": TIMING}, ceil)
+    if allreduce_us is not None:
+        r["metrics"]["allreduce_us_each"] = round(allreduce_us, 2)
+        r["metrics"]["allreduce_us_per_step"] = round(allreduce_us * 2 * PRESETS[shape["model"]].num_layers, 1)
+    return r
+
+
+def main() -> int:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world < 2:
+        print("perf/run_tp.py: run it under `torchrun --nproc-per-node N` with N >= 2 GPUs of one host")
+        return 0
+    tp = TensorParallel.from_torchrun(world)
+    import torch.distributed as dist
+
+    lead = tp.rank == 0
+    device, sha = torch.cuda.get_device_name(), commit()
+    ceil = ceilings()  # each rank on its own GPU; rank 0's recorded
+    if lead:
+        print(f"{world} x {device} at {sha}: copy {ceil['copy_TBps']} TB/s, read {ceil['read_TBps']} TB/s, "
+              f"bf16 matmul {ceil['matmul_bf16_tflops']} TFLOP/s", flush=True)
+    results = []
+
+    def record(op, shape, us, baselines, nbytes=None, flops=None, allreduce=None):
+        r = tp_row(op, shape, us, baselines, ceil, nbytes, flops, allreduce)
+        results.append(r)
+        if lead:
+            print(f"  {op} {shape}: {us:.1f} us {baselines or ''} {r['metrics'].get('frac_of_floor', '')}", flush=True)
+
+    # LLaMA-3-8B: one GPU (rank 0; the others wait), then all of them.
+    cfg = PRESETS["llama3-8b"]
+    one = {}
+    if lead:
+        model = Llama.random(cfg)
+        for b in DECODE_8B:
+            one[b] = decode_us(model, b)
+            record("llama_decode", {"model": "llama3-8b", "tp": 1, "B": b, "ctx": CTX}, one[b], {},
+                   model.weight_bytes + _kv_bytes(cfg, b, TensorParallel()))
+        del model
+        torch.cuda.empty_cache()
+    dist.barrier()
+    model = Llama.random(cfg, tp=tp)
+    for b in DECODE_8B:
+        us = decode_us(model, b)
+        ar = all_reduce_us(tp, b, cfg.hidden_size, torch.bfloat16)
+        record("llama_decode", {"model": "llama3-8b", "tp": world, "B": b, "ctx": CTX}, us,
+               {"tp1": one[b]} if lead else {}, model.weight_bytes + _kv_bytes(cfg, b, tp), allreduce=ar)
+    del model
+    torch.cuda.empty_cache()
+
+    # LLaMA-3-70B over all the GPUs.
+    cfg = PRESETS["llama3-70b"]
+    model = Llama.random(cfg, tp=tp)
+    for b in DECODE_70B:
+        us = decode_us(model, b)
+        ar = all_reduce_us(tp, b, cfg.hidden_size, torch.bfloat16)
+        record("llama_decode", {"model": "llama3-70b", "tp": world, "B": b, "ctx": CTX}, us, {},
+               model.weight_bytes + _kv_bytes(cfg, b, tp), allreduce=ar)
+    batch, seqlen = PREFILL_70B
+    flops = 2 * batch * seqlen * sum(p.numel() for p in model.layers.parameters())  # this GPU's share
+    record("llama_prefill", {"model": "llama3-70b", "tp": world, "B": batch, "Sq": seqlen},
+           prefill_us(model, batch, seqlen), {}, flops=flops)
+    del model
+    torch.cuda.empty_cache()
+
+    if lead:
+        doc = new_doc(device, sha, ceil, ["llama_decode", "llama_prefill"], results, gpus=world)
+        doc["timing"] = TIMING
+        out = RESULTS / f"{gpu_slug(device, world)}.json"
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"\nwrote {out}\n")
+        print(table(results))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
