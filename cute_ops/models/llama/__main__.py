@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import resource
 import time
 
 import torch
 
 from . import PRESETS, Generator, Llama, PagedKVCache, SamplingParams, load_checkpoint
 from .parallel import TensorParallel
+from .weights import HostMemoryPeak
 
 
 def copy_ceiling_tbs(device) -> float:
@@ -52,15 +52,14 @@ def all_reduce_us(tp: TensorParallel, rows: int, hidden: int, dtype: torch.dtype
     return sorted(times)[len(times) // 2]
 
 
-def peak_host_gb(tp: TensorParallel) -> float:
-    """The largest peak resident host memory of any rank so far (GB)."""
-    mine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+def _largest(tp: TensorParallel, value: float) -> float:
+    """The largest of every rank's value."""
     if tp.world_size == 1:
-        return mine
+        return value
     import torch.distributed as dist
 
     everyone = [None] * tp.world_size
-    dist.all_gather_object(everyone, mine, group=tp.group)
+    dist.all_gather_object(everyone, value, group=tp.group)
     return max(everyone)
 
 
@@ -101,14 +100,15 @@ def main(argv=None) -> None:
     show = print if tp.rank == 0 else (lambda *a, **k: None)
 
     tokenizer = None
-    if args.checkpoint:
-        model = load_checkpoint(args.checkpoint, dtype=dtype, tp=tp)
-        if (args.checkpoint / "tokenizer.json").exists() or (args.checkpoint / "tokenizer.model").exists():
-            from transformers import AutoTokenizer
-            tokenizer = AutoTokenizer.from_pretrained(str(args.checkpoint))
-    else:
-        model = Llama.random(PRESETS[args.preset], dtype=dtype, tp=tp)
-    host_gb = peak_host_gb(tp)
+    with HostMemoryPeak() as host:
+        if args.checkpoint:
+            model = load_checkpoint(args.checkpoint, dtype=dtype, tp=tp)
+        else:
+            model = Llama.random(PRESETS[args.preset], dtype=dtype, tp=tp)
+    host_gb = _largest(tp, (host.added or 0) / 1e9)
+    if args.checkpoint and any((args.checkpoint / f).exists() for f in ("tokenizer.json", "tokenizer.model")):
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(str(args.checkpoint))
     cfg = model.config
     if args.prompt:
         if tokenizer is None:
@@ -138,7 +138,7 @@ def main(argv=None) -> None:
     per_gpu = f" per GPU, tensor-parallel over {tp.world_size} GPUs" if tp.world_size > 1 else ""
     show(f"{torch.cuda.get_device_name()}: {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
          f"{model.weight_bytes / 1e9:.2f} GB of weights{per_gpu}, batch {len(prompts)}, {args.dtype}; "
-         f"peak host memory {host_gb:.2f} GB (largest of any rank, after loading)")
+         f"loading added at most {host_gb:.2f} GB of private host memory on any rank")
     show(f"prefill: {n_prompt} tokens in {t_prefill * 1e3:.1f} ms ({n_prompt / t_prefill:,.0f} tokens/s)")
     show(f"decode:  {step_s * 1e3:.3f} ms/step over {steps} steps, {len(prompts) / step_s:,.1f} tokens/s, "
          f"weights at {model.weight_bytes / step_s / 1e12:.2f} TB/s{' per GPU' if per_gpu else ''}; "

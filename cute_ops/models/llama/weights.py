@@ -51,8 +51,10 @@ def check_names_and_shapes(cfg: LlamaConfig, found: dict[str, tuple[int, ...]]) 
                          + "; ".join(problems[:20]) + ("; ..." if len(problems) > 20 else ""))
 
 
-# Bytes of a checkpoint tensor copied at a time: what a load holds on the host beyond the model
-# (safetensors maps the files and copies out only the rows asked for).
+# Bytes of a checkpoint tensor copied at a time (counted at 4 bytes an element, the widest
+# checkpoint dtype): what a load holds in private host memory beyond the model. safetensors maps
+# the files and copies out only the rows asked for; the mapped pages it touches are the page
+# cache's, shared and reclaimable, not the process's own.
 READ_BYTES = 64 << 20
 
 # read(name, index) -> the part `index` (a tuple of slices) of HF tensor `name`.
@@ -60,8 +62,8 @@ Reader = Callable[[str, tuple], torch.Tensor]
 
 
 def _copy_rows(dst: torch.Tensor, rows_of: Callable[[slice], torch.Tensor]) -> None:
-    """dst.copy_(rows_of(all rows)), READ_BYTES of the source at a time."""
-    step = max(1, READ_BYTES // max(1, dst[0].numel() * dst.element_size()))
+    """dst.copy_(rows_of(all rows)), at most READ_BYTES of the source at a time."""
+    step = max(1, READ_BYTES // max(1, dst[0].numel() * 4))
     for r in range(0, dst.shape[0], step):
         rows = slice(r, min(r + step, dst.shape[0]))
         dst[rows].copy_(rows_of(rows))
@@ -172,3 +174,48 @@ def load_checkpoint(path: str | pathlib.Path, dtype=torch.bfloat16, device="cuda
         with safe_open(str(f), framework="pt") as sf:
             _fill(model, lambda name, index: sf.get_slice(name)[index], [n for n in sf.keys() if n in want], pending)
     return model
+
+
+class HostMemoryPeak:
+    """The peak of this process's private resident host memory (RssAnon of /proc/self/status, Linux)
+    while the block runs, sampled every `interval` seconds by a thread: ``added`` is the peak over
+    the value on entry, in bytes (None where /proc is not there). File pages mapped by safetensors
+    are not counted: they belong to the page cache."""
+
+    def __init__(self, interval: float = 0.001):
+        self.interval, self.start, self.peak = interval, None, None
+
+    @staticmethod
+    def _anon() -> int | None:
+        try:
+            with open("/proc/self/status") as f:
+                return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:"))
+        except (OSError, StopIteration):
+            return None
+
+    def __enter__(self) -> "HostMemoryPeak":
+        import threading
+
+        self.start = self.peak = self._anon()
+        self._stop = threading.Event()
+
+        def sample():
+            while not self._stop.wait(self.interval):
+                now = self._anon()
+                if now is not None:
+                    self.peak = max(self.peak, now)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        if self.start is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self.start is not None:
+            self._thread.join()
+            self.peak = max(self.peak, self._anon())
+
+    @property
+    def added(self) -> int | None:
+        return None if self.start is None else self.peak - self.start
