@@ -24,9 +24,9 @@ from conftest import assert_close_to_reference
 
 
 def _cfg(**kw) -> LlamaConfig:
-    # vocab and intermediate size split unevenly into 64-row blocks and (vocab) into ranks: the
-    # padding of the vocabulary and pack_gate_up's short last block are both exercised.
-    base = dict(vocab_size=1001, hidden_size=256, intermediate_size=1000, num_layers=2, num_heads=8, num_kv_heads=4,
+    # The vocabulary splits unevenly into ranks and a rank's intermediate slice (528 or 264) into
+    # 64-row blocks: the padding of the vocabulary and pack_gate_up's short last block are exercised.
+    base = dict(vocab_size=1001, hidden_size=256, intermediate_size=1056, num_layers=2, num_heads=8, num_kv_heads=4,
                 head_dim=64, rms_norm_eps=1e-5, rope_theta=500000.0, max_position=1024,
                 rope_scaling=Llama3RopeScaling(factor=8.0, original_max_position=256), eos_token_ids=(1000,))
     base.update(kw)
@@ -47,8 +47,8 @@ def test_hf_split_of_each_tensor():
     assert tp.hf_split(cfg, p + "self_attn.q_proj.weight") == (0, slice(256, 512))   # query heads 4..7
     assert tp.hf_split(cfg, p + "self_attn.k_proj.weight") == (0, slice(128, 256))   # kv heads 2..3
     assert tp.hf_split(cfg, p + "self_attn.o_proj.weight") == (1, slice(256, 512))
-    assert tp.hf_split(cfg, p + "mlp.up_proj.weight") == (0, slice(500, 1000))
-    assert tp.hf_split(cfg, p + "mlp.down_proj.weight") == (1, slice(500, 1000))
+    assert tp.hf_split(cfg, p + "mlp.up_proj.weight") == (0, slice(528, 1056))
+    assert tp.hf_split(cfg, p + "mlp.down_proj.weight") == (1, slice(528, 1056))
     assert tp.hf_split(cfg, "lm_head.weight") == (0, slice(501, 1001))             # 500 rows + 1 of padding
     for whole in (p + "input_layernorm.weight", "model.embed_tokens.weight", "model.norm.weight"):
         assert tp.hf_split(cfg, whole) is None
@@ -61,6 +61,9 @@ def test_split_rules():
         Llama(_cfg(), device="meta", tp=TensorParallel(0, 8))
     with pytest.raises(ValueError, match=r"intermediate_size \(1004\) to be a multiple of 8"):
         Llama(_cfg(num_kv_heads=8, intermediate_size=1004), device="meta", tp=TensorParallel(0, 8))
+    with pytest.raises(ValueError, match=r"gives each 500 of the intermediate size \(1000\); the MLP kernels need "
+                                         r"a multiple of 8"):
+        Llama(_cfg(intermediate_size=1000), device="meta", tp=TensorParallel(0, 2))
     with pytest.raises(ValueError, match="rank 2 of 2"):
         TensorParallel(2, 2)
     with pytest.raises(ValueError, match="torchrun --nproc-per-node 2"):
@@ -187,9 +190,11 @@ def test_random_sharded_weights():
 
 
 # ---------------------------------------------------------------- the sharded forward
-def _use_reference_ops() -> None:
+def _use_reference_ops(set_attr=setattr) -> None:
     """Swap the model's GPU ops for cute_ops.reference (plain PyTorch, any device), keeping the
-    ops' in-place effects (the residual of fused_add_rms_norm, RoPE on q and k, the cache append)."""
+    ops' in-place effects (the residual of fused_add_rms_norm, RoPE on q and k, the cache append).
+    set_attr: monkeypatch.setattr in the test process (undone after the test), setattr in a rank's
+    own process."""
     from cute_ops import reference as ref
     from cute_ops.models.llama import model
 
@@ -210,14 +215,13 @@ def _use_reference_ops() -> None:
         v_cache.copy_(v_after)
         return out.to(q.dtype), lse
 
-    model.rms_norm = ref.rms_norm
-    model.fused_add_rms_norm = fused_add_rms_norm
-    model.rotary_embedding = rotary_embedding
-    model.flash_fwd_varlen = lambda q, k, v, cu_q, cu_k, max_q, max_k, causal: ref.attention_varlen(
-        q, k, v, cu_q, cu_k, causal=causal)
-    model.flash_decode = flash_decode
-    model.gemv = ref.gemv
-    model.fused_mlp = lambda x, w_gate_up, w_down: ref.gemm_pair(x, w_gate_up, w_down, "swiglu")
+    for name, op in (("rms_norm", ref.rms_norm), ("fused_add_rms_norm", fused_add_rms_norm),
+                     ("rotary_embedding", rotary_embedding),
+                     ("flash_fwd_varlen", lambda q, k, v, cu_q, cu_k, max_q, max_k, causal: ref.attention_varlen(
+                         q, k, v, cu_q, cu_k, causal=causal)),
+                     ("flash_decode", flash_decode), ("gemv", ref.gemv),
+                     ("fused_mlp", lambda x, w_gate_up, w_down: ref.gemm_pair(x, w_gate_up, w_down, "swiglu"))):
+        set_attr(model, name, op)
 
 
 LENGTHS, STEPS = [37, 5, 1], 16
@@ -286,6 +290,7 @@ def _assert_same_greedy_tokens(got: list[list[int]], want: list[list[int]], want
     another token within `tol` of the one it picked (a near tie that rounding may break either
     way); the tokens after that point are not compared. Random models have flat logits: in the
     CPU test's one-rank run, 3 of 36 steps had their top two logits equal in bf16."""
+    assert [len(g) for g in got] == [len(w) for w in want], "a different number of tokens"
     for b, (g, w) in enumerate(zip(got, want)):
         for t, (x, y) in enumerate(zip(g, w)):
             if x != y:
@@ -342,37 +347,55 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
 
 
 def _run_ranks(tmp_path, world: int, backend: str, cfg: LlamaConfig, sd, plant: str | None = None):
+    """Rank 0's results from `world` spawned ranks; fails as soon as a rank dies (its traceback is on
+    stderr) rather than waiting for the others, which may hang in a collective, and stops them."""
+    import queue as queues
+    import time
+
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     init = f"file://{tmp_path}/rendezvous"
     procs = [ctx.Process(target=_worker, args=(r, world, init, backend, cfg, sd, queue, plant)) for r in range(world)]
     for p in procs:
         p.start()
+    deadline = time.monotonic() + 600
     try:
-        result = queue.get(timeout=600)
-    finally:
+        while True:
+            try:
+                result = queue.get(timeout=2)
+                break
+            except queues.Empty:
+                dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+                assert not dead, f"ranks died (rank, exit code): {dead}; their tracebacks are on stderr"
+                assert time.monotonic() < deadline, "the ranks gave no result in 600 s"
         for p in procs:
             p.join(timeout=120)
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    return result
+        assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+        return result
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
 
 
 def _check_against_one_rank(result, one: tuple, ref: list[torch.Tensor], low: list[torch.Tensor]) -> None:
     """result: _run_ranks'; one: the one-rank model's (_run, _greedy); ref/low: float64 and
-    low-precision references of _run's logits."""
+    low-precision references of _run's logits (low may be the one-rank run itself, which is then
+    not checked against itself)."""
     logits, wide, tokens, same = result
     assert same, "the ranks' logits or tokens differ"
+    runs = [(logits, "tp=2"), (wide, "tp=2, 9 sequences")] + ([] if low is one[0] else [(one[0], "tp=1")])
     for b in range(len(LENGTHS)):
-        for got, what in ((logits[b], "tp=2"), (one[0][b], "tp=1"), (wide[b], "tp=2, 9 sequences")):
-            assert_close_to_reference(got, ref[b], low[b], k=2, what=f"{what}, sequence {b}")
+        for got, what in runs:
+            assert_close_to_reference(got[b], ref[b], low[b], k=2, what=f"{what}, sequence {b}")
     # A near tie: within twice the largest difference between the two runs' logits seen above.
     tol = 2 * max((a - b).abs().max().item() for a, b in zip(logits, one[0]))
     _assert_same_greedy_tokens(tokens, one[1], one[2], tol)
 
 
-def test_two_ranks_on_cpu_match_one(tmp_path):
+def test_two_ranks_on_cpu_match_one(tmp_path, monkeypatch):
     """gloo, reference ops: TP=2 against TP=1 (both against float64)."""
-    _use_reference_ops()
+    _use_reference_ops(monkeypatch.setattr)
     cfg = _cfg()
     sd = _state_dict(cfg)
     torch.manual_seed(0)
@@ -385,10 +408,10 @@ def test_two_ranks_on_cpu_match_one(tmp_path):
     _check_against_one_rank(result, one, ref, one[0])
 
 
-def test_planted_bug_fails_the_two_rank_check(tmp_path):
+def test_planted_bug_fails_the_two_rank_check(tmp_path, monkeypatch):
     # Rank 1 loads rank 0's kv heads (a split that indexes k/v by the rank's query-head range of
     # the wrong size, say): half the query heads attend over the wrong keys. The check must fail.
-    _use_reference_ops()
+    _use_reference_ops(monkeypatch.setattr)
     cfg = _cfg(num_layers=1)
     sd = _state_dict(cfg)
     torch.manual_seed(0)

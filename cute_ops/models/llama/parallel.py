@@ -84,11 +84,16 @@ class TensorParallel:
 
     # -- which part of each weight this rank holds
     def check(self, cfg: LlamaConfig) -> None:
-        """ValueError unless the model splits evenly over world_size ranks."""
+        """ValueError unless the model splits evenly over world_size ranks into parts the kernels
+        take (a rank's slice of the intermediate size is the k of gemv's down projection and half
+        the rows of fused_mlp's gate/up: a multiple of 8 for both, see their checks in csrc/)."""
         n = self.world_size
         for what, size in (("num_kv_heads", cfg.num_kv_heads), ("intermediate_size", cfg.intermediate_size)):
             if size % n:
                 raise ValueError(f"tensor parallelism over {n} ranks needs {what} ({size}) to be a multiple of {n}")
+        if cfg.intermediate_size // n % 8:
+            raise ValueError(f"tensor parallelism over {n} ranks gives each {cfg.intermediate_size // n} of the "
+                             f"intermediate size ({cfg.intermediate_size}); the MLP kernels need a multiple of 8")
 
     def part(self, total: int) -> slice:
         """This rank's slice of `total` split into world_size equal parts."""

@@ -63,6 +63,8 @@ Reader = Callable[[str, tuple], torch.Tensor]
 
 def _copy_rows(dst: torch.Tensor, rows_of: Callable[[slice], torch.Tensor]) -> None:
     """dst.copy_(rows_of(all rows)), at most READ_BYTES of the source at a time."""
+    if not dst.numel():
+        return
     step = max(1, READ_BYTES // max(1, dst[0].numel() * 4))
     for r in range(0, dst.shape[0], step):
         rows = slice(r, min(r + step, dst.shape[0]))
