@@ -11,13 +11,17 @@
 #   # a full run in two commands at one commit (perf/run.py merges the second into the first's file):
 #   bash scripts/gpu_check.sh --commit SHA --bench-families norm,rope,flash_fwd --bench-replace
 #   bash scripts/gpu_check.sh --commit SHA --no-tests --bench-families flash_decode,gemm_pair
+#   # tensor parallelism on a host of N GPUs: its tests, then perf/run_tp.py under torchrun
+#   # (perf/results/<gpu>x<N>.json) instead of perf/run.py:
+#   CUTE_OPS_FAMILIES=norm,rope,flash_fwd,flash_decode,gemm_pair,gemv bash scripts/gpu_check.sh --commit SHA \
+#       --tp 2 --tests "tests/test_llama_tp.py tests/test_llama.py"
 #
 # The commit recorded is $CUTE_OPS_COMMIT (or --commit): the device's git copy may report a stale
 # HEAD, so without it perf/run.py records git's HEAD marked as possibly stale.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-bench=1; tests=1; pytest_bench=0; test_args=""; bench_families=""; bench_replace=0
+bench=1; tests=1; pytest_bench=0; test_args=""; bench_families=""; bench_replace=0; tp=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-bench) bench=0 ;;
@@ -27,6 +31,7 @@ while [ $# -gt 0 ]; do
     --bench-families) bench_families="$2"; shift ;;
     --bench-replace) bench_replace=1 ;;
     --commit) export CUTE_OPS_COMMIT="$2"; shift ;;
+    --tp) tp="$2"; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -36,6 +41,9 @@ mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
 status=0
 step() { echo; echo "== $1 ($(date +%T))"; }
+
+# NVLink multicast stays off in every process (cute_ops/models/llama/parallel.py says why).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 step "machine"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv,noheader
@@ -61,9 +69,23 @@ echo "built in $(( $(date +%s) - t0 ))s"
 
 if [ "$tests" = 1 ]; then
   step "tests"
+  # --tests may name test files (then only those run) or pass options (added to the whole suite).
+  where=tests; case "$test_args" in tests/*) where="" ;; esac
   # shellcheck disable=SC2086
-  python3 -m pytest -q -ra tests $test_args >"$logs/tests.log" 2>&1 || status=1
+  python3 -m pytest -q -ra $where $test_args >"$logs/tests.log" 2>&1 || status=1
   tail -25 "$logs/tests.log"
+fi
+
+if [ "$bench" = 1 ] && [ "$tp" -gt 1 ]; then
+  step "tensor-parallel benchmarks ($tp GPUs)"
+  stamp=$(mktemp)
+  torchrun --nproc-per-node "$tp" perf/run_tp.py >"$logs/perf_tp.log" 2>&1 || { status=1; tail -40 "$logs/perf_tp.log"; }
+  if [ -n "${OUT:-}" ]; then
+    find perf/results -maxdepth 1 -name '*.json' -newer "$stamp" -exec cp {} "$OUT/" \;
+  fi
+  rm -f "$stamp"
+  sed -n '/^wrote/,$p' "$logs/perf_tp.log"
+  bench=0
 fi
 
 if [ "$bench" = 1 ]; then
