@@ -72,6 +72,23 @@ def _hf_decode_step(model, batch: int, ctx: int):
     return step
 
 
+def decode_runner(model: Llama, batch: int, ctx: int) -> Generator:
+    """A Generator whose static buffers hold `batch` sequences at position ctx over a cache of
+    random contents (the model's kv heads: its rank's, under tensor parallelism): each
+    decode_step(batch) is then the step of the token at position ctx of each sequence."""
+    cache = PagedKVCache.for_tokens(model.config, batch * (ctx + PAGE_SIZE), PAGE_SIZE, max_seq_len=ctx + PAGE_SIZE,
+                                    tp=model.tp)
+    cache.k.normal_()
+    cache.v.normal_()
+    runner = Generator(model, cache, max_batch=batch)
+    running = []
+    for s in range(batch):
+        cache.allocator.allocate(s, ctx + 8)
+        running.append(_Sequence(request=s, seq_id=s, length=ctx, last=1))
+    runner._load_batch(running)
+    return runner
+
+
 def _decode_case(batch: int, ctx: int) -> Case:
     cfg = PRESETS[MODEL]
     weights = Llama(cfg, device="meta").weight_bytes  # what a step reads of the weights
@@ -79,15 +96,7 @@ def _decode_case(batch: int, ctx: int) -> Case:
     def setup():
         _fresh_compiler()
         model = _model()
-        cache = PagedKVCache.for_tokens(cfg, batch * (ctx + PAGE_SIZE), PAGE_SIZE, max_seq_len=ctx + PAGE_SIZE)
-        cache.k.normal_()
-        cache.v.normal_()
-        runner = Generator(model, cache, max_batch=batch)
-        running = []
-        for s in range(batch):
-            cache.allocator.allocate(s, ctx + 8)
-            running.append(_Sequence(request=s, seq_id=s, length=ctx, last=1))
-        runner._load_batch(running)  # every step: the token at position ctx of each sequence
+        runner = decode_runner(model, batch, ctx)
         base = GptFastLlama(model, batch, ctx + 16)
         step = torch.compile(base, mode="reduce-overhead", fullgraph=True)
         idx = torch.ones(batch, 1, dtype=torch.int64, device="cuda")

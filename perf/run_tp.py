@@ -31,16 +31,15 @@ from harness import Case, ceilings  # noqa: E402
 from report import gpu_slug  # noqa: E402
 from run import RESULTS, commit, new_doc, row, table  # noqa: E402
 
-from cute_ops.models.llama import PRESETS, Generator, Llama, PagedKVCache  # noqa: E402
+from cases_llama import PAGE_SIZE, decode_runner  # noqa: E402
+from cute_ops.models.llama import PRESETS, Llama, PagedKVCache  # noqa: E402
 from cute_ops.models.llama.__main__ import all_reduce_us  # noqa: E402
-from cute_ops.models.llama.generate import _Sequence  # noqa: E402
 from cute_ops.models.llama.parallel import TensorParallel  # noqa: E402
 
 CTX = 512
 DECODE_8B = [1, 8, 32]
 DECODE_70B = [1, 8]
 PREFILL_70B = (1, 2048)
-PAGE_SIZE = 64
 STEP_CALLS = 4      # decode steps per graph replay
 ROUNDS = 20         # timed replays (decode) or calls (prefill), the same on every rank
 TIMING = (f"decode: CUDA-graph replay of {STEP_CALLS} steps (Generator.decode_step's graph), median of {ROUNDS} "
@@ -70,17 +69,8 @@ def _kv_bytes(cfg, batch: int, tp: TensorParallel) -> int:
 def decode_us(model: Llama, batch: int) -> float:
     """A decode step of `batch` sequences at position CTX, as Generator replays it."""
     torch.cuda.empty_cache()  # the previous case's cache and graph
-    cfg, tp = model.config, model.tp
-    cache = PagedKVCache.for_tokens(cfg, batch * (CTX + PAGE_SIZE), PAGE_SIZE, max_seq_len=CTX + PAGE_SIZE, tp=tp)
-    cache.k.normal_()
-    cache.v.normal_()
-    runner = Generator(model, cache, max_batch=batch)
-    running = []
-    for s in range(batch):
-        cache.allocator.allocate(s, CTX + 8)
-        running.append(_Sequence(request=s, seq_id=s, length=CTX, last=1))
-    runner._load_batch(running)  # every step: the token at position CTX of each sequence
-    runner.decode_step(batch)    # captures the bucket's graph
+    runner = decode_runner(model, batch, CTX)
+    runner.decode_step(batch)  # captures the bucket's graph
     graph = runner._graphs[batch][0]
 
     def steps():

@@ -302,7 +302,8 @@ def _assert_same_greedy_tokens(got: list[list[int]], want: list[list[int]], want
 
 def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd, queue, plant: str | None) -> None:
     """One rank: its part of the model from the state dict, the forward passes, and its results
-    (rank 0's, and whether every rank's logits are the same) put on `queue`. plant: a bug to plant."""
+    (rank 0's, and whether every rank's logits are the same) saved next to the rendezvous file,
+    then "done" put on `queue`. plant: a bug to plant."""
     import torch.distributed as dist
 
     if plant == "wrong kv heads":
@@ -339,8 +340,9 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
         objs = [None] * world
         dist.all_gather_object(objs, tokens)
         same = same and all(o == tokens for o in objs)
-        if rank == 0:
-            queue.put(([x.cpu() for x in logits], [x.cpu() for x in wide], tokens, same))
+        if rank == 0:  # through a file: tensors put on the queue would need this process alive to be read
+            torch.save(([x.cpu() for x in logits], [x.cpu() for x in wide], tokens, same), init[len("file://"):] + ".pt")
+            queue.put("done")
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -362,7 +364,8 @@ def _run_ranks(tmp_path, world: int, backend: str, cfg: LlamaConfig, sd, plant: 
     try:
         while True:
             try:
-                result = queue.get(timeout=2)
+                queue.get(timeout=2)
+                result = torch.load(init[len("file://"):] + ".pt")
                 break
             except queues.Empty:
                 dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
@@ -398,14 +401,18 @@ def test_two_ranks_on_cpu_match_one(tmp_path, monkeypatch):
     _use_reference_ops(monkeypatch.setattr)
     cfg = _cfg()
     sd = _state_dict(cfg)
+    one, ref = _one_rank_on_cpu(cfg, sd)
+    _check_against_one_rank(_run_ranks(tmp_path, 2, "gloo", cfg, sd), one, ref, one[0])
+
+
+def _one_rank_on_cpu(cfg: LlamaConfig, sd) -> tuple[tuple, list[torch.Tensor]]:
+    """The one-rank model's (_run, *_greedy) in bf16, and _run in float64: the same bf16-rounded
+    weights, every step exact (the reference ops compute in the inputs' dtype)."""
     torch.manual_seed(0)
     seqs = [torch.randint(0, cfg.vocab_size, (n + STEPS,)) for n in LENGTHS]
     one_model = from_hf_state_dict(cfg, sd, dtype=torch.bfloat16, device="cpu")
     one = (_run(one_model, seqs, "cpu"), *_greedy(one_model, "cpu", cuda_graphs=False))
-    # Float64: the same bf16-rounded weights, every step exact (the reference ops compute in the inputs' dtype).
-    ref = _run(_float64(one_model), seqs, "cpu")
-    result = _run_ranks(tmp_path, 2, "gloo", cfg, sd)
-    _check_against_one_rank(result, one, ref, one[0])
+    return one, _run(_float64(one_model), seqs, "cpu")
 
 
 def test_planted_bug_fails_the_two_rank_check(tmp_path, monkeypatch):
@@ -414,11 +421,7 @@ def test_planted_bug_fails_the_two_rank_check(tmp_path, monkeypatch):
     _use_reference_ops(monkeypatch.setattr)
     cfg = _cfg(num_layers=1)
     sd = _state_dict(cfg)
-    torch.manual_seed(0)
-    seqs = [torch.randint(0, cfg.vocab_size, (n + STEPS,)) for n in LENGTHS]
-    one_model = from_hf_state_dict(cfg, sd, dtype=torch.bfloat16, device="cpu")
-    one = (_run(one_model, seqs, "cpu"), *_greedy(one_model, "cpu", cuda_graphs=False))
-    ref = _run(_float64(one_model), seqs, "cpu")
+    one, ref = _one_rank_on_cpu(cfg, sd)
     result = _run_ranks(tmp_path, 2, "gloo", cfg, sd, plant="wrong kv heads")
     with pytest.raises(AssertionError, match="exceeds"):
         _check_against_one_rank(result, one, ref, one[0])
