@@ -43,7 +43,7 @@ PREFILL_70B = (1, 2048)
 STEP_CALLS = 4      # decode steps per graph replay
 ROUNDS = 20         # timed replays (decode) or calls (prefill), the same on every rank
 TIMING = (f"decode: CUDA-graph replay of {STEP_CALLS} steps (Generator.decode_step's graph), median of {ROUNDS} "
-          f"replays after 3, per step; prefill: eager calls, median of {ROUNDS // 2} after 2; the same fixed counts "
+          f"replays after 3, per step; prefill: eager calls, median of {ROUNDS // 2} after 3; the same fixed counts "
           "on every rank")
 
 

@@ -36,6 +36,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+case "$tp" in ''|*[!0-9]*) echo "--tp needs a number of GPUs, got '$tp'" >&2; exit 2 ;; esac
+if [ "$tp" -gt 1 ] && { [ -n "$bench_families" ] || [ "$pytest_bench" = 1 ]; }; then
+  echo "--tp runs perf/run_tp.py only: --bench-families and --pytest-bench do not apply" >&2; exit 2
+fi
 logs="${OUT:-build/gpu_check}"
 mkdir -p "$logs"
 export PYTHONUNBUFFERED=1

@@ -20,7 +20,10 @@ from cute_ops.models.llama import Generator, Llama, LlamaConfig, PagedKVCache, f
 from cute_ops.models.llama.parallel import MULTICAST_OFF, TensorParallel, disable_multicast
 from cute_ops.models.llama.weights import HostMemoryPeak, hf_shapes
 from cute_ops.rope import Llama3RopeScaling
-from conftest import assert_close_to_reference
+
+# Spawned ranks import this module; they must not import conftest (another test module may have put
+# perf/, which has its own conftest.py, first on the path they inherit): the checks that use
+# conftest's helpers import them where they run, in the test process.
 
 
 def _cfg(**kw) -> LlamaConfig:
@@ -385,6 +388,8 @@ def _check_against_one_rank(result, one: tuple, ref: list[torch.Tensor], low: li
     """result: _run_ranks'; one: the one-rank model's (_run, _greedy); ref/low: float64 and
     low-precision references of _run's logits (low may be the one-rank run itself, which is then
     not checked against itself)."""
+    from conftest import assert_close_to_reference
+
     logits, wide, tokens, same = result
     assert same, "the ranks' logits or tokens differ"
     runs = [(logits, "tp=2"), (wide, "tp=2, 9 sequences")] + ([] if low is one[0] else [(one[0], "tp=1")])

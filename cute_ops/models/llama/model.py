@@ -128,8 +128,8 @@ class Llama(torch.nn.Module):
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes a decode step reads of this rank's weights: every layer, the final norm and the
-        output projection (the embedding rows of a step's tokens are negligible)."""
+        """Bytes a decode step reads of this rank's weights: every layer and the output projection
+        (the final norm and the embedding rows of a step's tokens are negligible)."""
         return sum(p.numel() * p.element_size() for p in self.layers.parameters()) + \
             self.output_weight.numel() * self.output_weight.element_size()
 

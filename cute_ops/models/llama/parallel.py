@@ -91,7 +91,7 @@ class TensorParallel:
         for what, size in (("num_kv_heads", cfg.num_kv_heads), ("intermediate_size", cfg.intermediate_size)):
             if size % n:
                 raise ValueError(f"tensor parallelism over {n} ranks needs {what} ({size}) to be a multiple of {n}")
-        if cfg.intermediate_size // n % 8:
+        if n > 1 and cfg.intermediate_size // n % 8:
             raise ValueError(f"tensor parallelism over {n} ranks gives each {cfg.intermediate_size // n} of the "
                              f"intermediate size ({cfg.intermediate_size}); the MLP kernels need a multiple of 8")
 
