@@ -146,19 +146,13 @@ class Llama(torch.nn.Module):
         weights' read); above FUSED_MLP_MAX_ROWS rows the gate/up and down matmuls through cuBLAS,
         ahead of fused_mlp's SM80 tiles from M = 16 on both Hopper GPUs (perf/results, gemm_pair:
         at M = 16 99 against 107 us on an H200, 136 against 140 on an H100), on the same packed
-        weights: pack_gate_up's blocks of 64 gate rows then 64 up rows split by a view, and its
-        short last block (r gate rows, then r up rows) by slices."""
-        if h.shape[0] <= FUSED_MLP_MAX_ROWS:
+        weights: pack_gate_up's blocks of 64 gate rows then 64 up rows, split by a view."""
+        inter = layer.w_down.shape[1]
+        if h.shape[0] <= FUSED_MLP_MAX_ROWS or inter % GATE_BLOCK:
             return fused_mlp(h, layer.w_gate_up, layer.w_down)
-        m, inter = h.shape[0], layer.w_down.shape[1]
-        full = inter // GATE_BLOCK * GATE_BLOCK
-        gate_up = F.linear(h, layer.w_gate_up)
-        body = gate_up[:, :2 * full].view(m, full // GATE_BLOCK, 2, GATE_BLOCK)
-        act = (F.silu(body[:, :, 0]) * body[:, :, 1]).reshape(m, full)
-        if full < inter:
-            tail = gate_up[:, 2 * full:]
-            act = torch.cat([act, F.silu(tail[:, :inter - full]) * tail[:, inter - full:]], dim=1)
-        return F.linear(act, layer.w_down)
+        gate_up = F.linear(h, layer.w_gate_up).view(h.shape[0], inter // GATE_BLOCK, 2, GATE_BLOCK)
+        act = F.silu(gate_up[:, :, 0]) * gate_up[:, :, 1]
+        return F.linear(act.reshape(h.shape[0], inter), layer.w_down)
 
     def _layers(self, x: torch.Tensor, attention) -> torch.Tensor:
         """The decoder stack over hidden states x [tokens, hidden]; attention(i, q, k, v) -> [tokens,
