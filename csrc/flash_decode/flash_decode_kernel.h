@@ -120,50 +120,49 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const int tile_begin = split * tiles_per_split;
   const int tile_end = min(n_tiles, tile_begin + tiles_per_split);
 
-  // One K or V tile of kBlockN keys into ring stage `stage`, from the pages `where` says; keys
-  // past the sequence are zeros.
-  constexpr int kGroups = kBlockN / 16;
-  using Pages = TilePages<kGroups>;
-  auto load_tile = [&](int tile, int stage, const Pages& where) {
-    Element* k_dst = ring + (stage * 2 + 0) * kNWarps * Traits::kSlabElems;
-    Element* v_dst = ring + (stage * 2 + 1) * kNWarps * Traits::kSlabElems;
-    const Element* k_cache = static_cast<const Element*>(p.k_cache) + bidh_k * p.k_head_stride + chunk_col;
-    const Element* v_cache = static_cast<const Element*>(p.v_cache) + bidh_k * p.v_head_stride + chunk_col;
+  // This warp's slab (its 16 keys) of one K and V tile into ring stage `stage`; keys past the
+  // cached ones are zeros. Each warp loads and reads only its own slabs, so the ring needs no
+  // barrier between warps: a warp refills a stage as soon as it has read it, and keeps all
+  // kStages of its tiles in flight while it waits. Slabs are loaded in increasing key order, so
+  // the block-table window only moves forward.
+  PageWindow pages;
+  pages.start(p, bidb, tile_begin * kBlockN + warp * Traits::kWarpKeys, lane);
+  const int slab_col = (lane % Traits::kChunksPerRow) * Traits::kElemsPerChunk;
+  const int slab_row = lane / Traits::kChunksPerRow;
+  auto load_slab = [&](int tile, int stage) {
+    const int key0 = tile * kBlockN + warp * Traits::kWarpKeys;
+    int page0, row0;
+    pages.locate(p, bidb, key0, lane, page0, row0);
+    Element* k_dst = ring + ((stage * 2 + 0) * kNWarps + warp) * Traits::kSlabElems;
+    Element* v_dst = ring + ((stage * 2 + 1) * kNWarps + warp) * Traits::kSlabElems;
+    const Element* k_cache = static_cast<const Element*>(p.k_cache) + bidh_k * p.k_head_stride + slab_col;
+    const Element* v_cache = static_cast<const Element*>(p.v_cache) + bidh_k * p.v_head_stride + slab_col;
+    const bool page_valid = page_ok(p, page0);
 #pragma unroll
-    for (int r0 = 0; r0 < kBlockN; r0 += Traits::kRowsPerPass) {
-      const int r = r0 + chunk_row;
-      const int key = tile * kBlockN + r;
+    for (int r0 = 0; r0 < Traits::kWarpKeys; r0 += Traits::kSlabRowsPerPass) {
+      const int r = r0 + slab_row;
+      const int key = key0 + r;
       const bool valid = key < cached;  // new keys: zeros here, written by put_new_keys
-      // r0 / 16 is r's group (a pass covers at most 16 rows): a constant register index.
-      static_assert(16 % Traits::kRowsPerPass == 0);
-      int page = valid ? where.page[r0 / 16] : 0;
-      const int row = valid ? where.row[r0 / 16] + r0 % 16 + chunk_row : 0;
-      if (valid && !page_ok(p, page)) {
+      int page = valid ? page0 : 0;
+      const int row = valid ? row0 + r : 0;
+      if (valid && !page_valid) {
         poisoned = true, bad_page_key = key, bad_page = page;
         page = 0;
       }
-      const int slab = r / Traits::kWarpKeys;
-      const int in_slab = typename Traits::SmemLayoutSlab{}(r % Traits::kWarpKeys, chunk_col);
-      cp_async_16(k_dst + slab * Traits::kSlabElems + in_slab,
-                  k_cache + page * p.k_page_stride + row * p.k_row_stride, valid);
-      cp_async_16(v_dst + slab * Traits::kSlabElems + in_slab,
-                  v_cache + page * p.v_page_stride + row * p.v_row_stride, valid);
+      const int in_slab = typename Traits::SmemLayoutSlab{}(r, slab_col);
+      cp_async_16(k_dst + in_slab, k_cache + page * p.k_page_stride + row * p.k_row_stride, valid);
+      cp_async_16(v_dst + in_slab, v_cache + page * p.v_page_stride + row * p.v_row_stride, valid);
     }
   };
 
   // Prologue: Q with the first tile, then the rest of the ring. One commit group per stage, empty
-  // ones included, so that "wait until at most kStages - 2 groups are pending" always means the
-  // current tile has landed. `ahead` then holds the pages of the next tile to load.
-  Pages ahead;
+  // ones included, so that "wait until at most kStages - 1 groups are pending" always means the
+  // current tile has landed.
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (tile_begin + s < tile_end) {
-      fetch_tile_pages(p, bidb, (tile_begin + s) * kBlockN, seqlen, ahead);
-      load_tile(tile_begin + s, s, ahead);
-    }
+  for (int s = 0; s < kStages; ++s) {
+    if (tile_begin + s < tile_end) load_slab(tile_begin + s, s);
     cute::cp_async_fence();
   }
-  fetch_tile_pages(p, bidb, (tile_begin + kStages - 1) * kBlockN, seqlen, ahead);
 
   // The append, while the first tiles are in flight: split 0's first row block of each kv head
   // writes the new rows (no CTA of this launch reads them from the cache).
@@ -216,27 +215,22 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const int first_limited_key = p.causal ? seqlen - p.sq : seqlen - 1;  // the smallest row limit
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
-    cute::cp_async_wait<kStages - 2>();
-    __syncthreads();  // this tile has landed for every thread; every warp is done with the stage refilled next
-    if (p.seqlen_new > 0 && (tile + 1) * kBlockN > cached) {  // CTA-uniform: the tile holds new tokens
-      put_new_keys(tile, (tile - tile_begin) % kStages);
-      __syncthreads();
-    }
+    cute::cp_async_wait<kStages - 1>();
+    __syncwarp();  // this warp's slabs of the tile have landed for every lane
     if (tile == tile_begin) {
+      __syncthreads();  // Q (loaded, or rotated, by every thread) is complete
       DECODE_TRACE(2);
-      // Q arrived with the first tile's group.
       copy(smem_copy_q, smem_thr_copy_q.partition_S(sQ), smem_thr_copy_q.retile_D(tSrQ));
       if (p.negate_q) {
 #pragma unroll
         for (int i = 0; i < size(tSrQ); ++i) tSrQ(i) = -tSrQ(i);
       }
     }
-    const int next = tile + kStages - 1;
-    if (next < tile_end) {
-      load_tile(next, (next - tile_begin) % kStages, ahead);
-      fetch_tile_pages(p, bidb, (next + 1) * kBlockN, seqlen, ahead);  // used next iteration
+    if (p.seqlen_new > 0 && (tile + 1) * kBlockN > cached) {  // CTA-uniform: the tile holds new tokens
+      __syncthreads();  // every warp's zero-filled slabs have landed
+      put_new_keys(tile, (tile - tile_begin) % kStages);
+      __syncthreads();
     }
-    cute::cp_async_fence();
 
     const int stage = (tile - tile_begin) % kStages;
     Element* k_slab = ring + ((stage * 2 + 0) * kNWarps + warp) * Traits::kSlabElems;
@@ -267,6 +261,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
     Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle);
     gemm_rs(acc_o, tOrP, tOrVt, smem_thr_copy_v.partition_S(sVt), tiled_mma, smem_copy_v, smem_thr_copy_v);
+
+    __syncwarp();  // every lane has read the stage: refill it with this warp's slab kStages tiles on
+    if (tile + kStages < tile_end) load_slab(tile + kStages, stage);
+    cute::cp_async_fence();
   }
 
   // Merge the warps: each writes its normalised O and its rows' lse (natural log) to shared

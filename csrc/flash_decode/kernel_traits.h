@@ -2,8 +2,8 @@
 // Tile configuration of the split-KV decode kernel. A CTA takes kBlockM packed query rows (the
 // query heads of one kv head, times the new tokens) and walks its split of the keys kBlockN at a
 // time through a kStages-deep cp.async ring; each of the kNWarps warps owns 16 keys of every
-// tile (its "slab"), so the few query rows are never split across warps and every K/V byte is
-// read from shared memory once.
+// tile (its "slab"), which it alone loads and reads, so the few query rows are never split across
+// warps, every K/V byte is read from shared memory once, and the ring needs no CTA barrier.
 #include <cute/tensor.hpp>
 
 #include "common/cute/sm80_mma.h"
@@ -58,8 +58,10 @@ struct FlashDecodeTraits {
   static constexpr int kElemsPerChunk = 16 / sizeof(Element);
   static constexpr int kChunksPerRow = kHeadDim / kElemsPerChunk;
   static_assert(kNThreads % kChunksPerRow == 0);
-  static constexpr int kRowsPerPass = kNThreads / kChunksPerRow;
-  static_assert(kBlockN % kRowsPerPass == 0 && kBlockM % kRowsPerPass == 0);
+  static constexpr int kRowsPerPass = kNThreads / kChunksPerRow;  // Q rows a CTA-wide copy covers
+  static_assert(kBlockM % kRowsPerPass == 0);
+  static constexpr int kSlabRowsPerPass = 32 / kChunksPerRow;  // key rows a warp-wide copy covers
+  static_assert(kWarpKeys % kSlabRowsPerPass == 0);
 };
 
 }  // namespace cute_ops::decode
