@@ -35,18 +35,20 @@ int fill_slots(long long ctas, long long slots, int max_splits) {
 
 }  // namespace
 
-int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int max_seqlen) {
+int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int dram_gbps, int max_seqlen) {
   const int m_blocks = (flash_decode_rows(p) + kDecodeBlockM - 1) / kDecodeBlockM;
   const long long ctas = static_cast<long long>(p.b) * p.h_k * m_blocks;
   const int tiles = (max_seqlen + kDecodeBlockN - 1) / kDecodeBlockN;
   const int max_splits = std::clamp(tiles / 2, 1, kDecodeMaxSplits);
-  // Two CTAs an SM: on an H200 one CTA an SM leaves DRAM idle (contiguous caches 3.3-3.5 TB/s
-  // against 4.2-4.5 at two, same kernel and run). Except where the batch alone fills one CTA an
-  // SM and the second CTA would cost a split of fewer than 8 tiles: a short cache gains less
-  // from the bytes in flight than the combine kernel costs (H200, B = 16 x 512 keys: 13.6 us
-  // unsplit, 15.5 us in two splits).
-  const int two_per_sm = fill_slots(ctas, 2LL * num_sms, max_splits);
   const int one_per_sm = fill_slots(ctas, num_sms, max_splits);
+  // A CTA keeps its ring (kStages tiles, 96 KB at head dim 128) in flight. One CTA an SM keeps an
+  // H100's DRAM busy (3.35 TB/s peak, 25 GB/s an SM; two were 0-8% slower), not an H200's (4.8
+  // TB/s, 36 GB/s an SM: 3.3-3.5 TB/s at one, 4.2-4.5 at two).
+  if (dram_gbps < 30 * num_sms) return one_per_sm;
+  const int two_per_sm = fill_slots(ctas, 2LL * num_sms, max_splits);
+  // Where the batch alone fills one CTA an SM and the second would cost a split of fewer than 8
+  // tiles, the combine kernel costs more than the bytes in flight gain (H200, B = 16 x 512 keys:
+  // 13.6 us unsplit, 15.5 us in two splits).
   if (one_per_sm == 1 && two_per_sm > 1 && tiles < 8 * two_per_sm) return 1;
   return two_per_sm;
 }

@@ -89,7 +89,8 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
   p.lse = lse.data_ptr<float>();
   const DeviceInfo info = device_info(q.device().index());
   p.pdl = info.major >= 9;
-  p.num_splits = num_splits > 0 ? static_cast<int>(num_splits) : flash_decode_default_splits(p, info.sms, max_seqlen);
+  p.num_splits = num_splits > 0 ? static_cast<int>(num_splits)
+                                : flash_decode_default_splits(p, info.sms, info.dram_gbps, max_seqlen);
   at::Tensor o_partial, lse_partial;
   if (p.num_splits > 1) {
     o_partial = at::empty({p.num_splits, b * h * sq, d}, q.options().dtype(at::kFloat));
