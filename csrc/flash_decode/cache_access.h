@@ -69,7 +69,7 @@ __device__ __forceinline__ bool locate_key(const FlashDecodeParams& p, int bidb,
   return false;
 }
 
-// The block-table entries a CTA walks through, held in registers a warp-wide load at a time: lane
+// The block-table entries a warp walks through, held in registers a warp-wide load at a time: lane
 // i holds slot first + i (register `lo`, the entries in use, read by shuffle) and first + 32 + i
 // (`hi`, the next 32). Entries are thus loaded 32 slots before they are needed: a block-table
 // load issued a tile ahead waits behind the SM's queue of cache loads, which on an H200 at full

@@ -13,8 +13,9 @@ namespace cute_ops {
 namespace decode {
 
 // 4 warps x 16 keys a tile; the ring is as deep as fits two CTAs an SM (head dim 128: 3 stages
-// of 32 KB; 64: 4 of 16 KB). A ring twice as deep at one CTA an SM was measured no faster: one
-// CTA an SM already keeps DRAM busy, and a deeper prologue delays the first tile.
+// of 32 KB; 64: 4 of 16 KB), which the split heuristic uses where the DRAM needs the bytes in
+// flight (flash_decode.cu). A ring twice as deep at one CTA an SM was measured no faster on an
+// H100 (session 3): a deeper prologue delays the first tile.
 template <int kHeadDim, typename Element>
 using DecodeTraits = FlashDecodeTraits<kHeadDim, kHeadDim == 128 ? 3 : 4, Element>;
 

@@ -60,6 +60,7 @@ struct FlashDecodeTraits {
   static_assert(kNThreads % kChunksPerRow == 0);
   static constexpr int kRowsPerPass = kNThreads / kChunksPerRow;  // Q rows a CTA-wide copy covers
   static_assert(kBlockM % kRowsPerPass == 0);
+  static_assert(32 % kChunksPerRow == 0, "a warp-wide copy covers whole key rows");
   static constexpr int kSlabRowsPerPass = 32 / kChunksPerRow;  // key rows a warp-wide copy covers
   static_assert(kWarpKeys % kSlabRowsPerPass == 0);
 };
