@@ -175,7 +175,7 @@ FAMILIES = [
     ),
     Family(
         name="flash_decode",
-        doc="split-KV decode attention (and its combine kernel) of one (dtype, head dim)",
+        doc="split-KV decode attention (with the merge of its splits) of one (dtype, head dim)",
         interface="flash_decode/flash_decode.h",
         axes=(DTYPE, Axis("head_dim", "int", "int kHeadDim", (64, 128), tag="hdim")),
         entry_points={"run": EntryPoint("void", "const FlashDecodeParams& p, cudaStream_t stream", "p, stream")},

@@ -55,8 +55,10 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     bounds, and :func:`cute_ops.check_errors` raises a :class:`cute_ops.DeviceDataError` naming
     the sequence and the value (``cute_ops.set_device_error_mode("trap")`` stops the kernel
     instead, for debugging). A NaN in the cache propagates to the rows that read it, whatever the
-    split count. Capturable in a CUDA graph and replayable with new cache_seqlens: the split count
-    depends only on shapes.
+    split count. One kernel launch whatever the split count (the last split of each row block to
+    finish merges the others). Capturable in a CUDA graph and replayable with new cache_seqlens:
+    the split count depends only on shapes. Calls on different streams, and graphs, may run at the
+    same time.
 
     Returns:
         ``(out, lse)``: out ``[batch, tokens, heads_q, head_dim]`` in q's dtype, contiguous; lse

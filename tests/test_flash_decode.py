@@ -1,5 +1,6 @@
-"""flash_decode: reference, fake impl and input checks everywhere; on the GPU, the kernels (split
-attention, combine, append with RoPE) against a float64 reference, contiguous and paged caches."""
+"""flash_decode: reference, fake impl and input checks everywhere; on the GPU, the kernel (split
+attention with the merge of the splits, append with RoPE) against a float64 reference, contiguous
+and paged caches."""
 from __future__ import annotations
 
 import math
@@ -246,7 +247,7 @@ def test_options(softmax_scale, causal):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("num_splits", [0, 3])  # 3: rows whose every split is empty, through the combine
+@pytest.mark.parametrize("num_splits", [0, 3])  # 3: rows whose every split is empty, through the merge
 def test_empty_cache_and_causal_tokens_without_keys(num_splits):
     # No keys at all: out 0, lse -inf. With 3 tokens over 2 keys (no append), the first token
     # sees none of them under causal masking.
@@ -309,6 +310,57 @@ def test_cuda_graph_replay_with_new_lengths(page_size):
         assert_close_to_reference(out, exp_out, lowp, k=K_OUT)
         torch.testing.assert_close(lse.double(), exp_lse.double(), **LSE_TOL)
         torch.testing.assert_close((k_cache, v_cache), (exp_k, exp_v), atol=0, rtol=0)
+
+
+@pytest.mark.gpu
+def test_split_merge_counters_across_calls_streams_and_graphs():
+    # The last split to arrive merges, counted in counters that each launch leaves at zero
+    # (common/arrival_counters.h). A counter left nonzero by one call, or shared by two calls in
+    # flight at once, leaves rows unmerged (whatever the allocator's block held: never this call's
+    # answer, as every call has its own queries) or merged before all splits are in. So calls follow
+    # each other on one stream, run on two streams at once, and replay a graph while another stream
+    # runs eagerly, and every output is checked.
+    batch, capacity, splits = 4, 4000, 7
+    k_cache, v_cache, table = _cache(batch, capacity, 8, 128, torch.bfloat16, "cuda", 64)
+    lengths = torch.tensor([4000, 1, 2500, 3999], dtype=torch.int32, device="cuda")
+    queries = [torch.randn(batch, 2, 32, 128, device="cuda").to(torch.bfloat16) for _ in range(12)]
+
+    def call(q):
+        return cute_ops.flash_decode(q, k_cache, v_cache, lengths, block_table=table, num_splits=splits)
+
+    def check(q, out, lse):
+        (exp_out, exp_lse, _, _), lowp = _references(q, k_cache, v_cache, lengths, None, None, table)
+        assert_close_to_reference(out, exp_out, lowp, k=K_OUT)
+        torch.testing.assert_close(lse.double(), exp_lse.double(), **LSE_TOL)
+
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    results = []
+    for i, q in enumerate(queries):  # back to back on each stream, the two streams at once
+        with torch.cuda.stream(streams[i % 2]):
+            results.append(call(q))
+    for s in streams:
+        torch.cuda.current_stream().wait_stream(s)
+    for q, (out, lse) in zip(queries, results):
+        check(q, out, lse)
+
+    static_q = queries[0].clone()
+    captured = []
+    graph = capture_graph(lambda: captured.append(call(static_q)))
+    eager = []
+    for i, q in enumerate(queries[1:5]):
+        static_q.copy_(q)
+        streams[0].wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(streams[0]):
+            graph.replay()
+        with torch.cuda.stream(streams[1]):  # meanwhile, eager calls on another stream
+            eager.append(call(queries[5 + i]))
+        torch.cuda.current_stream().wait_stream(streams[0])
+        check(q, *captured[-1])
+    torch.cuda.current_stream().wait_stream(streams[1])
+    for q, (out, lse) in zip(queries[5:9], eager):
+        check(q, out, lse)
 
 
 def _run_in_subprocess(code: str, **env) -> subprocess.CompletedProcess:

@@ -1,6 +1,6 @@
 #pragma once
 // Flash-Decoding over a KV cache: the torch-free interface between the op glue
-// (flash_decode_op.cpp) and the kernels (split-KV attention with the append, combine).
+// (flash_decode_op.cpp) and the kernel (split-KV attention with the append and the merge of the splits).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -51,13 +51,16 @@ struct FlashDecodeParams {
   bool rotary_fp32;
 
   // Outputs: out [b, sq, h, d] (strides below), lse [b, h, sq] contiguous float32. With
-  // num_splits > 1 the attention kernel writes float32 partials (rows (b * h + head) * sq + i) and
-  // the combine kernel reduces them.
+  // num_splits > 1 each split writes float32 partials (rows (b * h + head) * sq + i), and the last
+  // split of each (sequence, kv head, row block) to finish merges them (split_merge.h).
   void* o;
   index_t o_batch_stride, o_row_stride, o_head_stride;
   float* lse;
   float* o_partial;    // [num_splits, b * h * sq, d]
   float* lse_partial;  // [num_splits, b * h * sq]
+  // [b, h_k, row blocks] arrival counters, zero before the launch and left zero after it
+  // (common/arrival_counters.h).
+  int* split_counters;
 
   int b, sq, h, h_k, d;
   int num_splits;

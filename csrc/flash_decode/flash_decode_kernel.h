@@ -7,7 +7,8 @@
 // stream through a kStages-deep cp.async ring; each warp runs the FlashAttention-2 inner loop
 // (S = Q K^T, online softmax, O += P V, Q and P in registers) on its own 16 keys of every tile,
 // so the CTA ends with one (O, lse) per warp, merged through shared memory. With one split the
-// CTA writes the output; otherwise float32 partials that flash_decode_combine merges by lse.
+// CTA writes the output; otherwise float32 partials, which the last split of each row block to
+// finish merges by lse (split_merge.h).
 // New tokens (k_new / v_new) are appended by this kernel too (new_tokens.h): their keys and values
 // reach shared memory from k_new / v_new, never through the cache, and one CTA per kv head writes
 // them to the cache for later calls.
@@ -25,6 +26,7 @@
 #include "flash_decode/flash_decode.h"
 #include "flash_decode/kernel_traits.h"
 #include "flash_decode/new_tokens.h"
+#include "flash_decode/split_merge.h"
 #include "flash_decode/trace.h"
 
 
@@ -71,7 +73,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const int chunk_row = tid / Traits::kChunksPerRow;
 
   // Nothing global is touched before the previous kernel (whatever ran before the op, which may
-  // have written q, k_new and v_new) has finished; the combine kernel may be scheduled from here on.
+  // have written q, k_new and v_new) has finished; the op's next kernel may be scheduled from here
+  // on (it waits for this grid's end before it reads anything).
   DECODE_TRACE(0);
   wait_for_previous_grid();
   allow_dependent_launch();
@@ -324,20 +327,20 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
       const float4 x = *reinterpret_cast<const float4*>(&sO[(w * kBlockM + row) * kLd + col]);
       o.x += wt * x.x, o.y += wt * x.y, o.z += wt * x.z, o.w += wt * x.w;
     }
-    const int r = m_block * kBlockM + row;
-    const int i = r / group, head = bidh_k * group + (r - i * group);
-    const index_t lse_row = (static_cast<index_t>(bidb) * p.h + head) * p.sq + i;
+    const PackedRow packed(p, bidb, bidh_k, m_block * kBlockM + row);
     if (p.num_splits == 1) {
-      Element* out = static_cast<Element*>(p.o) + bidb * p.o_batch_stride + i * p.o_row_stride + head * p.o_head_stride;
-      Element packed[4] = {static_cast<Element>(o.x), static_cast<Element>(o.y), static_cast<Element>(o.z),
-                           static_cast<Element>(o.w)};
-      *reinterpret_cast<uint2*>(out + col) = *reinterpret_cast<const uint2*>(packed);
-      if (col == 0) p.lse[lse_row] = sRowLse[row];
+      store_out4<Element>(p, bidb, packed, col, o);
+      if (col == 0) p.lse[packed.lse_row] = sRowLse[row];
     } else {
-      const index_t part = static_cast<index_t>(split) * p.b * p.h * p.sq + lse_row;
+      const index_t part = static_cast<index_t>(split) * p.b * p.h * p.sq + packed.lse_row;
       *reinterpret_cast<float4*>(p.o_partial + part * kHeadDim + col) = o;
       if (col == 0) p.lse_partial[part] = sRowLse[row];
     }
+  }
+  if (p.num_splits > 1) {  // CTA-uniform
+    int* counter = p.split_counters + static_cast<index_t>(bidb) * gridDim.x + blockIdx.x;
+    merge_splits_if_last<Element, kHeadDim, Traits::kNThreads>(p, counter, bidb, bidh_k, m_block * kBlockM,
+                                                              valid_rows);
   }
   DECODE_TRACE(4);
 }

@@ -1,11 +1,10 @@
 #pragma once
-// Launches of one (dtype, head dim): the split-KV attention kernel, then, with more than one
-// split, the combine kernel. Both are programmatic dependents of the kernel before them
-// (common/pdl.h): the attention kernel of whatever ran before the op, the combine kernel of the
-// attention kernel. Compiled one instantiation per file (instantiations/).
+// The launch of one (dtype, head dim): the split-KV attention kernel, a programmatic dependent
+// (common/pdl.h) of whatever ran before the op; with more than one split its CTAs also merge the
+// splits (split_merge.h), so the op is one launch. Compiled one instantiation per file
+// (instantiations/).
 #include "common/kernel_attributes.h"
 #include "common/pdl.h"
-#include "flash_decode/flash_decode_combine.h"
 #include "flash_decode/flash_decode_kernel.h"
 
 namespace cute_ops {
@@ -37,11 +36,6 @@ void launch_decode(const FlashDecodeParams& p, cudaStream_t stream) {
 template <typename Element, int kHeadDim>
 void run_flash_decode_(const FlashDecodeParams& p, cudaStream_t stream) {
   decode::launch_decode<decode::DecodeTraits<kHeadDim, Element>>(p, stream);
-  if (p.num_splits > 1) {
-    const long long rows = static_cast<long long>(p.b) * p.h * p.sq;
-    launch_dependent(p.pdl, &decode::flash_decode_combine_kernel<kHeadDim, Element>,
-                     dim3(static_cast<unsigned>(rows)), dim3(decode::kCombineThreads), 0, stream, p);
-  }
 }
 
 }  // namespace cute_ops

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <optional>
 
+#include "common/arrival_counters.h"
 #include "common/attention_checks.h"
 #include "common/device_errors.h"
 #include "common/device_info.h"
@@ -91,14 +92,17 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
   p.pdl = info.major >= 9;
   p.num_splits = num_splits > 0 ? static_cast<int>(num_splits)
                                 : flash_decode_default_splits(p, info.sms, info.dram_gbps, max_seqlen);
+  const cudaStream_t stream = current_stream(q);
   at::Tensor o_partial, lse_partial;
   if (p.num_splits > 1) {
     o_partial = at::empty({p.num_splits, b * h * sq, d}, q.options().dtype(at::kFloat));
     lse_partial = at::empty({p.num_splits, b * h * sq}, q.options().dtype(at::kFloat));
     p.o_partial = o_partial.data_ptr<float>();
     p.lse_partial = lse_partial.data_ptr<float>();
+    const int64_t row_blocks = (flash_decode_rows(p) + kDecodeBlockM - 1) / kDecodeBlockM;
+    p.split_counters = arrival_counters(q.device().index(), stream, static_cast<size_t>(b * hk * row_blocks));
   }
-  run_flash_decode(p, current_stream(q));
+  run_flash_decode(p, stream);
   return {out, lse};
 }
 

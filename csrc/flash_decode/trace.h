@@ -1,24 +1,21 @@
 #pragma once
-// Timeline probes for the decode kernels, compiled out unless CUTE_OPS_DECODE_TRACE is defined
+// Timeline probes for the decode kernel, compiled out unless CUTE_OPS_DECODE_TRACE is defined
 // (a profiling build, never the extension): thread 0 of each CTA stores the global timer at probe
-// i to g_decode_trace[slot * 8 + i] (slot = linear CTA index, offset by 1 << 19 for the combine
-// kernel) and its SM id to entry 7.
+// i to g_decode_trace[slot * 8 + i] (slot = linear CTA index) and its SM id to entry 7.
 #ifdef CUTE_OPS_DECODE_TRACE
 __device__ unsigned long long g_decode_trace[1 << 23];
-#define DECODE_TRACE_AT(base, i)                                                                    \
-  do {                                                                                              \
-    if (threadIdx.x == 0) {                                                                         \
-      unsigned long long t;                                                                         \
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));                                         \
-      const unsigned slot = (base) + blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); \
-      g_decode_trace[slot * 8 + (i)] = t;                                                           \
-      unsigned sm;                                                                                  \
-      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));                                               \
-      g_decode_trace[slot * 8 + 7] = sm;                                                            \
-    }                                                                                               \
+#define DECODE_TRACE(i)                                                                            \
+  do {                                                                                             \
+    if (threadIdx.x == 0) {                                                                        \
+      unsigned long long t;                                                                        \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));                                        \
+      const unsigned slot = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);        \
+      g_decode_trace[slot * 8 + (i)] = t;                                                          \
+      unsigned sm;                                                                                 \
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));                                              \
+      g_decode_trace[slot * 8 + 7] = sm;                                                           \
+    }                                                                                              \
   } while (0)
 #else
-#define DECODE_TRACE_AT(base, i) ((void)0)
+#define DECODE_TRACE(i) ((void)0)
 #endif
-#define DECODE_TRACE(i) DECODE_TRACE_AT(0u, i)
-#define COMBINE_TRACE(i) DECODE_TRACE_AT(1u << 19, i)

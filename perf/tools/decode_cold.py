@@ -2,8 +2,9 @@
 """flash_decode as a decode step meets it: after a kernel that has swept L2 (a layer's weights do),
 against back to back, for the model's shape (LLaMA-3-8B: 32 query heads, 8 kv heads, head dim 128,
 one new token with RoPE and the append, a paged cache). A tuning aid for the small-batch attention,
-not the benchmark: the kernels' device times come from the profiler, so the attention and its
-combine are timed alone, each after the sweep when there is one. Written in Session 24 to test
+not the benchmark: the kernel's device time comes from the profiler, so the attention (with the
+merge of its splits, since session 27 in the same launch) is timed alone, after the sweep when
+there is one. Written in Session 24 to test
 whether the attention's code size is what it pays for after a sweep (docs/perf-notes.md); it had
 not run on a GPU when committed.
 
@@ -56,7 +57,7 @@ def main() -> None:
 
     print(f"{torch.cuda.get_device_name()}: B={b} ctx={ctx} Hq={hq} Hkv={hk} D={d} paged {page}, "
           f"splits {args.splits or 'default'}; us a call (median over {args.calls} calls)")
-    print("| case | attention kernel | combine | both, end to end |\n|---|---|---|---|")
+    print("| case | attention kernel | end to end |\n|---|---|---|")
     for with_sweep in (False, True):
         graph = torch.cuda.CUDAGraph()
         side = torch.cuda.Stream()
@@ -74,15 +75,12 @@ def main() -> None:
                        if ev.device_type == torch.autograd.DeviceType.CUDA)
         per: dict[str, list[float]] = collections.defaultdict(list)
         ends: list[float] = []  # from the sweep's end to the call's last kernel's end
-        prev_end = attention_end = sweep_end = call_end = None
+        prev_end = sweep_end = call_end = None
         for start, end, name in spans:
-            if "flash_decode_combine" in name:
-                per["combine"].append(end - max(start, attention_end))
-                call_end = end
-            elif "flash_decode_kernel" in name:
+            if "flash_decode_kernel" in name:
                 # Launched early (PDL), it waits for the kernel before it: timed from that one's end.
                 per["attention"].append(end - max(start, prev_end if prev_end is not None else start))
-                attention_end = call_end = end
+                call_end = end
             else:  # the sweep (one kernel or more)
                 if call_end is not None and sweep_end is not None:
                     ends.append(call_end - sweep_end)
@@ -96,7 +94,7 @@ def main() -> None:
             return f"{sorted(xs)[len(xs) // 2]:.1f}" if xs else "-"
 
         print(f"| {'after an L2 sweep' if with_sweep else 'back to back'} | {median(per['attention'])} | "
-              f"{median(per['combine'])} | {median(ends) if with_sweep else '-'} |")
+              f"{median(ends) if with_sweep else '-'} |")
 
 
 if __name__ == "__main__":

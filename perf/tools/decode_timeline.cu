@@ -1,8 +1,8 @@
 // Per-CTA timeline of flash_decode's kernels on a contiguous bf16 cache (Hq 32, Hkv 8, D 128,
 // one token): the global timer at entry, after the PDL wait, when the first tile landed, when the
-// main loop ended and at the end of each attention CTA, and when the combine CTAs passed their
-// wait and ended; next to a plain read of the same K and V bytes. How the epilogue, combine and
-// ramp costs in docs/perf-notes.md were found. Needs a GPU; not part of the extension:
+// main loop ended and at the end of each CTA (the last split's merge included); next to a plain
+// read of the same K and V bytes. How the epilogue, merge and ramp costs in docs/perf-notes.md
+// were found. Needs a GPU; not part of the extension:
 //
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr --use_fast_math -DNDEBUG \
 //        -gencode=arch=compute_90a,code=sm_90a -Icsrc -Ithird_party/cutlass/include \
@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   cudaMalloc(&o, (size_t)B * H * D * 2); cudaMalloc(&lse, B * H * 4);
   cudaMalloc(&op, (size_t)splits * B * H * D * 4); cudaMalloc(&lp, (size_t)splits * B * H * 4);
   cudaMalloc(&lens, B * 4);
+  int* counters; cudaMalloc(&counters, B * HK * 4); cudaMemset(counters, 0, B * HK * 4);  // left zero by each launch
   std::vector<int> hl(B, L); cudaMemcpy(lens, hl.data(), B * 4, cudaMemcpyHostToDevice);
   void* flush; size_t fl = 256 << 20; cudaMalloc(&flush, fl);
   FlashDecodeParams p = {};
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
   p.k_head_stride = p.v_head_stride = D; p.block_table = nullptr; p.max_pages = 1; p.page_size = L; p.num_pages = B;
   p.cache_seqlens = lens; p.seqlen_new = 0;
   p.o = o; p.o_batch_stride = H * D; p.o_row_stride = H * D; p.o_head_stride = D; p.lse = lse;
-  p.o_partial = op; p.lse_partial = lp;
+  p.o_partial = op; p.lse_partial = lp; p.split_counters = counters;
   p.b = B; p.sq = 1; p.h = H; p.h_k = HK; p.d = D; p.num_splits = splits;
   p.scale_softmax = 0.088f; p.scale_softmax_log2 = 0.088f * 1.4427f; p.causal = true; p.is_bf16 = true;
   p.pdl = true;
@@ -84,20 +85,12 @@ int main(int argc, char** argv) {
     cudaStreamSynchronize(st);
     float ms; cudaEventElapsedTime(&ms, e0, e1);
     cudaMemcpyFromSymbol(tr.data(), g_decode_trace, nblk * 8 * 8);
-    std::vector<unsigned long long> ct(B * H * 8);
-    cudaMemcpyFromSymbol(ct.data(), g_decode_trace, B * H * 64, (size_t(1) << 19) * 64);
     unsigned long long t0 = ~0ull, tend = 0;
     for (int b = 0; b < nblk; ++b) { t0 = std::min(t0, tr[b * 8]); tend = std::max(tend, tr[b * 8 + 4]); }
     std::vector<double> c[5];
     for (int b = 0; b < nblk; ++b) for (int i = 0; i < 5; ++i) c[i].push_back((tr[b * 8 + i] - t0) / 1e3);
     printf("B%d L%d s%d: event %.1f us, first entry->last end %.1f us, %.2f TB/s\n", B, L, splits, ms * 1e3,
            (tend - t0) / 1e3, 2.0 * cache_elems * 2 / ((tend - t0) * 1e3));
-    if (splits > 1) {
-      unsigned long long cw = 0, ce = 0, cs = ~0ull;
-      for (int r = 0; r < B * H; ++r) { cs = std::min(cs, ct[r * 8]); cw = std::max(cw, ct[r * 8 + 1]); ce = std::max(ce, ct[r * 8 + 2]); }
-      printf("  combine: first entry %.2f, last past-wait %.2f, last end %.2f (us after first decode entry)\n",
-             ((long long)(cs - t0)) / 1e3, (cw - t0) / 1e3, (ce - t0) / 1e3);
-    }
     if (it < 4) continue;
     const char* nm[5] = {"entry", "after-wait", "tile0-landed", "loop-done", "end"};
     for (int i = 0; i < 5; ++i) {

@@ -25,7 +25,7 @@ from cute_ops.models.llama.__main__ import copy_ceiling_tbs  # noqa: E402
 from cute_ops.models.llama.generate import _Sequence  # noqa: E402
 
 # Kernel name fragments -> the op they belong to (first match wins).
-GROUPS = [("flash_decode", "flash_decode (RoPE + append + attention, combine)"),
+GROUPS = [("flash_decode", "flash_decode (RoPE + append + attention + merge)"),
           ("gemm_pair", "fused_mlp (gate/up, SwiGLU, down)"),
           ("rms_norm", "rms_norm / fused_add_rms_norm"),
           ("embedding", "embedding"), ("indexSelect", "embedding"),
@@ -104,7 +104,7 @@ def main() -> None:
         "fused_mlp (gate/up, SwiGLU, down)": cfg.num_layers * 3 * cfg.intermediate_size * layer * esz,
         "cuBLAS (qkv, o, lm_head)": (cfg.num_layers * (cfg.q_size + 2 * cfg.kv_size + cfg.q_size) * layer
                                      + cfg.vocab_size * layer) * esz,
-        "flash_decode (RoPE + append + attention, combine)": cfg.num_layers * b * args.ctx * 2 * cfg.kv_size * esz,
+        "flash_decode (RoPE + append + attention + merge)": cfg.num_layers * b * args.ctx * 2 * cfg.kv_size * esz,
         "rms_norm / fused_add_rms_norm": 0,
         GEMV_GROUPS["true", "false", "false"]: (cfg.num_layers * (cfg.q_size + 2 * cfg.kv_size)
                                                 + cfg.vocab_size) * layer * esz,
@@ -135,7 +135,7 @@ def main() -> None:
         print("\n| kernel | start | end | duration | gap to the previous end |\n|---|---|---|---|---|")
         prev_end = names[first - 1][1]
         for start, end, name in window:
-            short = group_of(name) if not name.startswith("void cute_ops::decode::flash_decode_combine") else "combine"
+            short = group_of(name)
             print(f"| {short[:48]} | {start - t0:.1f} | {end - t0:.1f} | {end - start:.1f} | {start - prev_end:.1f} |")
             prev_end = end
 

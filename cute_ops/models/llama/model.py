@@ -6,7 +6,7 @@ cache). The ops carry the work:
     qkv, o     F.linear over the concatenated q/k/v weights (cuBLAS), and o_proj
     prefill    rotary_embedding in place on q and k, K/V written into their pages, flash_fwd_varlen
     decode     flash_decode: RoPE of q and k_new, the append into the pages and attention, one kernel
-               (and a combine kernel when the keys are split)
+               (the merge of split keys included)
     mlp        fused_mlp: gate/up, SwiGLU and down in one launch (weights packed at load) for up to
                8 rows; cuBLAS for more, where it is faster
     small decode batches (up to gemv.MAX_ROWS sequences): every projection is a gemv that folds the
