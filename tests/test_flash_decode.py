@@ -318,12 +318,13 @@ def test_split_merge_counters_across_calls_streams_and_graphs():
     # (common/arrival_counters.h). A counter left nonzero by one call, or shared by two calls in
     # flight at once, leaves rows unmerged (whatever the allocator's block held: never this call's
     # answer, as every call has its own queries) or merged before all splits are in. So calls follow
-    # each other on one stream, run on two streams at once, and replay a graph while another stream
-    # runs eagerly, and every output is checked.
+    # each other on one stream, run on two streams at once (both held back by a sleep, so that
+    # their kernels overlap), and a graph replays on one stream while eager calls run on the stream
+    # it was captured on. 5 tokens x GQA 4 = 20 packed rows: two row blocks, two counters a head.
     batch, capacity, splits = 4, 4000, 7
     k_cache, v_cache, table = _cache(batch, capacity, 8, 128, torch.bfloat16, "cuda", 64)
-    lengths = torch.tensor([4000, 1, 2500, 3999], dtype=torch.int32, device="cuda")
-    queries = [torch.randn(batch, 2, 32, 128, device="cuda").to(torch.bfloat16) for _ in range(12)]
+    lengths = torch.tensor([4000, 5, 2500, 3999], dtype=torch.int32, device="cuda")
+    queries = [torch.randn(batch, 5, 32, 128, device="cuda").to(torch.bfloat16) for _ in range(12)]
 
     def call(q):
         return cute_ops.flash_decode(q, k_cache, v_cache, lengths, block_table=table, num_splits=splits)
@@ -336,6 +337,8 @@ def test_split_merge_counters_across_calls_streams_and_graphs():
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     for s in streams:
         s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(2_000_000)
     results = []
     for i, q in enumerate(queries):  # back to back on each stream, the two streams at once
         with torch.cuda.stream(streams[i % 2]):
@@ -346,19 +349,28 @@ def test_split_merge_counters_across_calls_streams_and_graphs():
         check(q, out, lse)
 
     static_q = queries[0].clone()
-    captured = []
-    graph = capture_graph(lambda: captured.append(call(static_q)))
+    capture_stream = torch.cuda.Stream()
+    capture_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(capture_stream):  # warm-up off the capture
+        call(static_q)
+    torch.cuda.current_stream().wait_stream(capture_stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=capture_stream):
+        captured = call(static_q)
     eager = []
     for i, q in enumerate(queries[1:5]):
         static_q.copy_(q)
-        streams[0].wait_stream(torch.cuda.current_stream())
+        for s in (streams[0], capture_stream):
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                torch.cuda._sleep(1_000_000)
         with torch.cuda.stream(streams[0]):
             graph.replay()
-        with torch.cuda.stream(streams[1]):  # meanwhile, eager calls on another stream
+        with torch.cuda.stream(capture_stream):  # meanwhile, eager calls on the capture's own stream
             eager.append(call(queries[5 + i]))
         torch.cuda.current_stream().wait_stream(streams[0])
-        check(q, *captured[-1])
-    torch.cuda.current_stream().wait_stream(streams[1])
+        check(q, *captured)
+    torch.cuda.current_stream().wait_stream(capture_stream)
     for q, (out, lse) in zip(queries[5:9], eager):
         check(q, out, lse)
 
@@ -468,7 +480,7 @@ def test_bad_sequence_is_recorded_and_isolated(case, page_size, num_splits):
     out_alone, lse_alone = cute_ops.flash_decode(q[sub], k_alone, v_alone, lengths[sub], block_table=sub_table,
                                                  num_splits=num_splits, **sub_kw)
     cute_ops.check_errors()
-    # Bit for bit: each sequence's CTAs and combine rows are the same computation in both batches.
+    # Bit for bit: each sequence's CTAs and split merges are the same computation in both batches.
     assert torch.equal(out[sub], out_alone) and torch.equal(lse[sub], lse_alone)
     if contiguous:
         assert torch.equal(k_cache[sub], k_alone) and torch.equal(v_cache[sub], v_alone)

@@ -62,8 +62,10 @@ int* arrival_counters(int device, cudaStream_t stream, size_t count) {
   CounterSet& set = sets()[key];
   if (set.count < count) {
     // The old set is left allocated: work already queued (or a captured graph) may still use it.
-    set.count = std::max(kMinCounters, 2 * count);
-    set.counters = allocate_zeroed(device, set.count);
+    // The set changes only once the new memory exists, so a failed allocation leaves it as it was.
+    const size_t grown = std::max(kMinCounters, 2 * count);
+    int* counters = allocate_zeroed(device, grown);
+    set.counters = counters, set.count = grown;
   }
   return set.counters;
 }

@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const int chunk_row = tid / Traits::kChunksPerRow;
 
   // Nothing global is touched before the previous kernel (whatever ran before the op, which may
-  // have written q, k_new and v_new) has finished; the op's next kernel may be scheduled from here
-  // on (it waits for this grid's end before it reads anything).
+  // have written q, k_new and v_new) has finished; the stream's next kernel may be scheduled from
+  // here on (it waits for this grid's end before it reads anything).
   DECODE_TRACE(0);
   wait_for_previous_grid();
   allow_dependent_launch();
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   if (bad_page_key >= 0) report_bad_page(p, bidb, bad_page_key, bad_page);
   float lse[kRows];
   softmax.finalize(acc_o_rc, p.scale_softmax, lse);
-  constexpr int kLd = Traits::kCombineLd;
+  constexpr int kLd = Traits::kWarpMergeLd;
   float* sO = reinterpret_cast<float*>(ring);      // [warp][row][kLd]
   float* sLse = reinterpret_cast<float*>(sQ_ptr);  // [warp][row]; Q is no longer needed
   float* sWeight = sLse + kNWarps * kBlockM;        // [warp][row]

@@ -48,12 +48,12 @@ struct FlashDecodeTraits {
   static constexpr int kQElems = kBlockM * kHeadDim;
   static constexpr int kRingElems = kStages * 2 * kNWarps * kSlabElems;
   // Row pitch (floats) of the warps' partial O in the merge: float4 aligned, rows 4 banks apart.
-  static constexpr int kCombineLd = kHeadDim + 4;
-  static constexpr int kCombineBytes = kNWarps * kBlockM * kCombineLd * 4;
+  static constexpr int kWarpMergeLd = kHeadDim + 4;
+  static constexpr int kWarpMergeBytes = kNWarps * kBlockM * kWarpMergeLd * 4;
   static_assert(kQElems * sizeof(Element) >= (2 * kNWarps + 1) * kBlockM * 4, "merge weights live where Q was");
   static constexpr int kSmemBytes = static_cast<int>(
       kQElems * sizeof(Element) +
-      (kRingElems * sizeof(Element) > kCombineBytes ? kRingElems * sizeof(Element) : kCombineBytes));
+      (kRingElems * sizeof(Element) > kWarpMergeBytes ? kRingElems * sizeof(Element) : kWarpMergeBytes));
 
   static constexpr int kElemsPerChunk = 16 / sizeof(Element);
   static constexpr int kChunksPerRow = kHeadDim / kElemsPerChunk;

@@ -7,7 +7,7 @@
 // M = max_i lse_i. SoftmaxMergeState holds M (`max`), the sum (`sum`) and a NaN flag; the caller
 // keeps its output accumulator and scales it by the factors that merge() returns. Used by the
 // online softmax's finalize (a state built from its running max and sum), flash_decode's merge of
-// its warps and flash_decode's split-combine kernel. It is not CuTe code; it lives with the online
+// its warps and flash_decode's merge of its splits. It is not CuTe code; it lives with the online
 // softmax that is its first user.
 //
 // Empty and NaN, the rules every user shares:
@@ -66,7 +66,7 @@ struct SoftmaxMergeState {
       weight[j] = live(part[j].max) ? __expf(part[j].max - new_max) : 0.f;
       // Only live parts are added: an empty one adds nothing, a NaN one is in the flag. The add
       // is conditional and separate from the multiply above (sum * rescale rounds first, then
-      // each weight: the order the combine kernel has always rounded in).
+      // each weight: the order the split merge has always rounded in).
       if (live(part[j].max)) sum += weight[j] * part[j].sum;
     }
     max = new_max;
