@@ -9,7 +9,6 @@
 #include <map>
 #include <mutex>
 #include <tuple>
-#include <vector>
 
 #include "common/cuda_check.h"
 

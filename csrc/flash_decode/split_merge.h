@@ -2,9 +2,10 @@
 // The end of a split CTA (num_splits > 1): it has written its rows' float32 partials, and the last
 // CTA of its (sequence, kv head, row block) to arrive merges every split's partials into out and
 // lse, in the same launch. Arrivals are counted in zeroed counters that the last arriver resets
-// (common/arrival_counters.h), one per (sequence, kv head, row block). A second, combine launch
-// would cost a kernel boundary (the whole grid's drain, then the dependent's start: 1.7-2.6 us);
-// here the merge starts as soon as the row's own last split ends.
+// (common/arrival_counters.h), one per (sequence, kv head, row block). The combine launch this
+// replaced waited for the whole grid to drain; here the merge starts as soon as the row's own last
+// split ends (measured on an H200, session 27: 0.1-0.8 us faster a call at 512-2k keys, as
+// programmatic dependent launch had already hidden most of the second launch).
 //
 // Memory order: every thread fences its partial stores before the CTA's arrival (an atomic add by
 // thread 0 after a barrier), and the last CTA fences after seeing the count, then reads the

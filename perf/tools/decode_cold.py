@@ -4,9 +4,8 @@ against back to back, for the model's shape (LLaMA-3-8B: 32 query heads, 8 kv he
 one new token with RoPE and the append, a paged cache). A tuning aid for the small-batch attention,
 not the benchmark: the kernel's device time comes from the profiler, so the attention (with the
 merge of its splits, since session 27 in the same launch) is timed alone, after the sweep when
-there is one. Written in Session 24 to test
-whether the attention's code size is what it pays for after a sweep (docs/perf-notes.md); it had
-not run on a GPU when committed.
+there is one. Written in Session 24 to test whether the attention's code size is what it pays for
+after a sweep (docs/perf-notes.md); it had not run on a GPU when committed.
 
     python perf/tools/decode_cold.py [--batch 1] [--ctx 512] [--splits 0]
 """
