@@ -80,6 +80,7 @@ __device__ __forceinline__ bool locate_key(const FlashDecodeParams& p, int bidb,
 struct PageWindow {
   int first;  // slot of lane 0's `lo` entry
   int lo, hi;
+  int shift;  // log2(page_size) when it is a power of two (a shift, not a division), else -1
 
   __device__ __forceinline__ static int load(const FlashDecodeParams& p, int bidb, int slot) {
     return slot < p.max_pages ? p.block_table[bidb * p.block_table_stride + slot] : 0;
@@ -88,6 +89,7 @@ struct PageWindow {
   // The window starting at the slot of key `first_key`. Called by every lane of a warp.
   __device__ __forceinline__ void start(const FlashDecodeParams& p, int bidb, int first_key, int lane) {
     first = p.block_table == nullptr ? 0 : first_key / p.page_size;
+    shift = (p.page_size & (p.page_size - 1)) == 0 ? __ffs(p.page_size) - 1 : -1;
     if (p.block_table != nullptr) {
       lo = load(p, bidb, first + lane);
       hi = load(p, bidb, first + 32 + lane);
@@ -105,7 +107,7 @@ struct PageWindow {
       page = bidb, row = key;
       return;
     }
-    const int slot = key / p.page_size;
+    const int slot = shift >= 0 ? key >> shift : key / p.page_size;
     while (slot >= first + 32) {  // warp-uniform
       first += 32;
       lo = hi;
