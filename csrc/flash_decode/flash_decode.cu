@@ -21,8 +21,8 @@ namespace {
 
 // The smallest split count whose last wave fills at least 95% of `slots` CTAs (or the fullest
 // there is), at most max_splits. An empty slot is bytes not in flight: at 85% (the rule until
-// session 27), B = 1 x 128k on an H200 ran 29 splits (232 CTAs of 264 slots) in 132.8 us, against
-// 124.6-125.8 us at a forced 33 (all 264).
+// session 27), B = 1 x 128k on an H200, at two CTAs an SM then, ran 29 splits (232 CTAs of 264
+// slots) in 132.8 us, against 124.6-125.8 us at a forced 33 (all 264).
 int fill_slots(long long ctas, long long slots, int max_splits) {
   int best = 1;
   double best_eff = 0.0;
@@ -37,22 +37,17 @@ int fill_slots(long long ctas, long long slots, int max_splits) {
 
 }  // namespace
 
-int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int dram_gbps, int max_seqlen) {
+int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int max_seqlen) {
   const int m_blocks = (flash_decode_rows(p) + kDecodeBlockM - 1) / kDecodeBlockM;
   const long long ctas = static_cast<long long>(p.b) * p.h_k * m_blocks;
   const int tiles = (max_seqlen + kDecodeBlockN - 1) / kDecodeBlockN;
   const int max_splits = std::clamp(tiles / 2, 1, kDecodeMaxSplits);
-  const int one_per_sm = fill_slots(ctas, num_sms, max_splits);
-  // A CTA keeps its ring (kStages tiles, 96 KB at head dim 128) in flight. One CTA an SM keeps an
-  // H100's DRAM busy (3.35 TB/s peak, 25 GB/s an SM; two were 0-8% slower), not an H200's (4.8
-  // TB/s, 36 GB/s an SM: 3.3-3.5 TB/s at one, 4.2-4.5 at two).
-  if (dram_gbps < 30 * num_sms) return one_per_sm;
-  const int two_per_sm = fill_slots(ctas, 2LL * num_sms, max_splits);
-  // Where the batch alone fills one CTA an SM and the second would cost a split of fewer than 8
-  // tiles, the partials and their merge cost more than the bytes in flight gain (H200, B = 16 x 512
-  // keys, session 26 with a combine launch: 13.6 us unsplit, 15.5 us in two splits).
-  if (one_per_sm == 1 && two_per_sm > 1 && tiles < 8 * two_per_sm) return 1;
-  return two_per_sm;
+  // One CTA an SM, on an H200 too. Until session 28 the H200 (36 GB/s of DRAM an SM) got two, for
+  // bytes in flight; once the block-table lookup was taken off the warps' critical path
+  // (flash_decode_kernel.h, locate_slab), one did as well or better for contiguous and paged
+  // caches alike (same-session A/B over the benchmark grid: B = 16 x 8k paged 127.8 -> 124.5 us,
+  // B = 1 x 128k paged 129.7 -> 126.7, cuDNN 122.3 and 126.7).
+  return fill_slots(ctas, num_sms, max_splits);
 }
 
 void run_flash_decode(const FlashDecodeParams& p, cudaStream_t stream) {

@@ -11,10 +11,10 @@ namespace cute_ops {
 
 namespace decode {
 
-// 4 warps x 16 keys a tile; the ring is as deep as fits two CTAs an SM (head dim 128: 3 stages
-// of 32 KB; 64: 4 of 16 KB), which the split heuristic uses where the DRAM needs the bytes in
-// flight (flash_decode.cu). A ring twice as deep at one CTA an SM was measured no faster on an
-// H100 (session 3): a deeper prologue delays the first tile.
+// 4 warps x 16 keys a tile; the ring holds 3 stages of 32 KB at head dim 128 (4 of 16 KB at 64).
+// The split heuristic (flash_decode.cu) plans one CTA an SM; two still fit, for grids of more
+// than one wave. Deeper rings at one CTA an SM were no faster: twice as deep on an H100 (session
+// 3; a deeper prologue delays the first tile), 5 or 6 stages on an H200 (session 28).
 template <int kHeadDim, typename Element>
 using DecodeTraits = FlashDecodeTraits<kHeadDim, kHeadDim == 128 ? 3 : 4, Element>;
 

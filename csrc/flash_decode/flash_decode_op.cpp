@@ -91,7 +91,7 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
   const DeviceInfo info = device_info(q.device().index());
   p.pdl = info.major >= 9;
   p.num_splits = num_splits > 0 ? static_cast<int>(num_splits)
-                                : flash_decode_default_splits(p, info.sms, info.dram_gbps, max_seqlen);
+                                : flash_decode_default_splits(p, info.sms, max_seqlen);
   const cudaStream_t stream = current_stream(q);
   at::Tensor o_partial, lse_partial;
   if (p.num_splits > 1) {
