@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   }
 
   // A bad sequence (cache_access.h) attends over no keys and ends poisoned: NaN outputs. So does
-  // one whose block table names a page the cache does not have (found in load_slab, which then
+  // one whose block table names a page the cache does not have (found in issue_slab, which then
   // reads page 0 instead, and reported after the loop, away from the loads).
   const SequenceExtent extent = check_sequence(p, bidb, /*report=*/tid == 0);
   const int seqlen = extent.seqlen;
@@ -203,9 +203,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     append_new_tokens<Element>(p, bidb, bidh_k, extent.cached, tid, Traits::kNThreads);
   }
 
-  // The new tokens' keys and values of tile `tile` into its ring stage, over the zeros load_slab
+  // The new tokens' keys and values of tile `tile` into its ring stage, over the zeros issue_slab
   // left there: K rotated, both rounded to Element as the cache holds them. A key whose block
-  // table entry is no page poisons the sequence, as load_slab would have.
+  // table entry is no page poisons the sequence, as issue_slab would have.
   auto put_new_keys = [&](int tile, int stage) {
     const int first = max(cached, tile * kBlockN), last = min(seqlen, (tile + 1) * kBlockN);
     const int units = (last - first) * 2 * kHeadDim;
