@@ -75,7 +75,9 @@ __device__ __forceinline__ bool locate_key(const FlashDecodeParams& p, int bidb,
 // ahead, where a block-table load can wait behind the SM's queue of cache loads (microseconds on
 // an H200 at full bandwidth) and hold up the tile's copies. Measured on an H200: paged caches 3%
 // faster than with the entries read a tile ahead; the rest of their gap to contiguous caches
-// (15% at the same split count) was the ring, which the warp-private slabs closed.
+// (15% at the same split count) was the ring, which the warp-private slabs closed at two CTAs an
+// SM. At one CTA an SM a 9% gap was left, closed by where the loop does the lookup (before its
+// wait: flash_decode_kernel.h, locate_slab).
 // A contiguous cache has no table: the "page" is the batch index and the row the key.
 struct PageWindow {
   int first;  // slot of lane 0's `lo` entry
