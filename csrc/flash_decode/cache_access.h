@@ -52,23 +52,6 @@ __device__ __forceinline__ void report_bad_page(const FlashDecodeParams& p, int 
                       key / p.page_size);
 }
 
-// Page (or batch index) and row within it; false (reported if `report`) when the block table names
-// a page the cache does not have.
-__device__ __forceinline__ bool locate_key(const FlashDecodeParams& p, int bidb, int key, int& page, int& row,
-                                           bool report) {
-  if (p.block_table == nullptr) {
-    page = bidb;
-    row = key;
-    return true;
-  }
-  const int slot = key / p.page_size;
-  page = p.block_table[bidb * p.block_table_stride + slot];
-  row = key - slot * p.page_size;
-  if (page_ok(p, page)) return true;
-  if (report) report_bad_page(p, bidb, key, page);
-  return false;
-}
-
 // The block-table entries a warp walks through, held in registers a warp-wide load at a time: lane
 // i holds slot first + i (register `lo`, the entries in use, read by shuffle) and first + 32 + i
 // (`hi`, the next 32). Entries are thus loaded 32 slots before they are needed, instead of a tile

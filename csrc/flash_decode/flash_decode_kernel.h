@@ -80,18 +80,15 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   allow_dependent_launch();
   DECODE_TRACE(1);
 
-  // Q rows, zero past the last packed row; without RoPE issued before the length is read, as it
-  // needs none.
+  // Q rows, zero past the last packed row, issued before the length is read (RoPE, which needs the
+  // positions, rotates them in shared memory once they have landed).
   const Element* q = static_cast<const Element*>(p.q);
-  const bool rotate_q = p.rotary_cos != nullptr && p.seqlen_new > 0;
-  if (!rotate_q) {
-    Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr), typename Traits::SmemLayoutQ{});
+  Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr), typename Traits::SmemLayoutQ{});
 #pragma unroll
-    for (int r0 = 0; r0 < kBlockM; r0 += Traits::kRowsPerPass) {
-      const int r = m_block * kBlockM + r0 + chunk_row;
-      const bool valid = r < rows;
-      cp_async_16(&sQ(r0 + chunk_row, chunk_col), valid ? q + q_row_offset(r) + chunk_col : q, valid);
-    }
+  for (int r0 = 0; r0 < kBlockM; r0 += Traits::kRowsPerPass) {
+    const int r = m_block * kBlockM + r0 + chunk_row;
+    const bool valid = r < rows;
+    cp_async_16(&sQ(r0 + chunk_row, chunk_col), valid ? q + q_row_offset(r) + chunk_col : q, valid);
   }
 
   // A bad sequence (cache_access.h) attends over no keys and ends poisoned: NaN outputs. So does
@@ -101,27 +98,22 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const int seqlen = extent.seqlen;
   // Keys below `cached` come from the cache; the new tokens' keys [cached, seqlen) from k_new/v_new.
   const int cached = p.seqlen_new > 0 ? extent.cached : seqlen;
-  if (rotate_q) {
-    // Rotated at the token's position (plain stores: the first tile's barrier publishes them). A
-    // bad sequence has no valid position; its rows stay unrotated and its outputs are NaN.
-    Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr), typename Traits::SmemLayoutQ{});
-    for (int u = tid; u < kBlockM * kHeadDim; u += Traits::kNThreads) {
-      const int r0 = u / kHeadDim, j = u % kHeadDim;
-      const int r = m_block * kBlockM + r0;
-      float v = 0.f;
-      if (r < rows) {
-        const Element* x = q + q_row_offset(r);
-        v = extent.ok ? rope_element(p, x, j, extent.cached + r / group) : static_cast<float>(x[j]);
-      }
-      sQ(r0, j) = static_cast<Element>(v);
-    }
-  }
   bool poisoned = !extent.ok;
   int bad_page_key = -1, bad_page = 0;
   const int n_tiles = (seqlen + kBlockN - 1) / kBlockN;
   const int tiles_per_split = (n_tiles + p.num_splits - 1) / p.num_splits;
   const int tile_begin = split * tiles_per_split;
   const int tile_end = min(n_tiles, tile_begin + tiles_per_split);
+
+  // The new tokens' loads, ahead of the cache's (new_tokens.h says why): their rows when this CTA
+  // appends them (split 0's first row block of each kv head; no CTA of this launch reads them
+  // from the cache) or attends them, the cos/sin of their positions when rotating.
+  const bool appends = p.seqlen_new > 0 && extent.ok && split == 0 && m_block == 0;
+  const bool stage_rows = appends || (p.seqlen_new > 0 && extent.ok && tile_begin < tile_end &&
+                                      tile_end * kBlockN > cached);
+  const bool rotate = p.rotary_cos != nullptr && p.seqlen_new > 0 && extent.ok;
+  NewTokens<Element, kHeadDim, Traits::kNThreads> new_tokens(smem + Traits::kNewTokensOffset);
+  new_tokens.load(p, bidb, bidh_k, cached, stage_rows, rotate, tid);
 
   // This warp's slab (its 16 keys) of one K and V tile into ring stage `stage`; keys past the
   // cached ones are zeros. Each warp loads and reads only its own slabs, so the ring needs no
@@ -197,36 +189,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     cute::cp_async_fence();
   }
 
-  // The append, while the first tiles are in flight: split 0's first row block of each kv head
-  // writes the new rows (no CTA of this launch reads them from the cache).
-  if (p.seqlen_new > 0 && extent.ok && split == 0 && m_block == 0) {
-    append_new_tokens<Element>(p, bidb, bidh_k, extent.cached, tid, Traits::kNThreads);
+  if (stage_rows) {
+    new_tokens.store_pages(p, cached, tile_begin * kBlockN, min(seqlen, tile_end * kBlockN), tid, poisoned,
+                           bad_page_key, bad_page);
   }
-
-  // The new tokens' keys and values of tile `tile` into its ring stage, over the zeros issue_slab
-  // left there: K rotated, both rounded to Element as the cache holds them. A key whose block
-  // table entry is no page poisons the sequence, as issue_slab would have.
-  auto put_new_keys = [&](int tile, int stage) {
-    const int first = max(cached, tile * kBlockN), last = min(seqlen, (tile + 1) * kBlockN);
-    const int units = (last - first) * 2 * kHeadDim;
-    for (int u = tid; u < units; u += Traits::kNThreads) {
-      const int key = first + u / (2 * kHeadDim), is_value = (u / kHeadDim) % 2, j = u % kHeadDim;
-      const int i = key - cached, r = key - tile * kBlockN;
-      Element* slab = ring + ((stage * 2 + is_value) * kNWarps + r / Traits::kWarpKeys) * Traits::kSlabElems;
-      Tensor sSlab = make_tensor(make_smem_ptr(slab), typename Traits::SmemLayoutSlab{});
-      sSlab(r % Traits::kWarpKeys, j) =
-          is_value ? new_value_row<Element>(p, bidb, i, bidh_k)[j]
-                   : static_cast<Element>(rope_element(p, new_key_row<Element>(p, bidb, i, bidh_k), j, key));
-      int page, row;
-      if (j == 0 && !is_value && !locate_key(p, bidb, key, page, row, /*report=*/false)) {
-        poisoned = true, bad_page_key = key, bad_page = page;
-      }
-    }
-  };
 
   typename Traits::TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_thread_slice(lane);
-  Tensor sQ = make_tensor(make_smem_ptr(sQ_ptr), typename Traits::SmemLayoutQ{});
   Tensor tSrQ = thr_mma.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K): all of Q, kept in registers
   Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});
   clear(acc_o);
@@ -247,24 +216,37 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // those up to its own position (seqlen - sq + token).
   const int first_limited_key = p.causal ? seqlen - p.sq : seqlen - 1;  // the smallest row limit
 
+  // Q and the new rows arrive in every thread's first cp.async group, with the first tile: rotate
+  // them, write the cache rows, and take Q into registers before the loop (the cos/sin registers
+  // are dead by then, not carried through it).
+  cute::cp_async_wait<kStages - 1>();
+  __syncthreads();
+  if (rotate) {
+    new_tokens.rotate(p, sQ, m_block * kBlockM, min(kBlockM, rows - m_block * kBlockM), group, stage_rows, tid);
+    __syncthreads();
+  }
+  if (appends) new_tokens.append(p, bidh_k, cached, tid);
+  DECODE_TRACE(2);
+  copy(smem_copy_q, smem_thr_copy_q.partition_S(sQ), smem_thr_copy_q.retile_D(tSrQ));
+  if (p.negate_q) {
+#pragma unroll
+    for (int i = 0; i < size(tSrQ); ++i) tSrQ(i) = -tSrQ(i);
+  }
+
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const bool refill = tile + kStages < tile_end;
     SlabSource next{};
     if (refill) next = locate_slab(tile + kStages);  // before the wait: see locate_slab
     cute::cp_async_wait<kStages - 1>();
     __syncwarp();  // this warp's slabs of the tile have landed for every lane
-    if (tile == tile_begin) {
-      __syncthreads();  // Q (loaded, or rotated, by every thread) is complete
-      DECODE_TRACE(2);
-      copy(smem_copy_q, smem_thr_copy_q.partition_S(sQ), smem_thr_copy_q.retile_D(tSrQ));
-      if (p.negate_q) {
-#pragma unroll
-        for (int i = 0; i < size(tSrQ); ++i) tSrQ(i) = -tSrQ(i);
-      }
-    }
     if (p.seqlen_new > 0 && (tile + 1) * kBlockN > cached) {  // CTA-uniform: the tile holds new tokens
       __syncthreads();  // every warp's zero-filled slabs have landed
-      put_new_keys(tile, (tile - tile_begin) % kStages);
+      const int stage = (tile - tile_begin) % kStages;
+      auto slab_base = [&](int w, int is_value) {
+        return ring + ((stage * 2 + is_value) * kNWarps + w) * Traits::kSlabElems;
+      };
+      new_tokens.template put<typename Traits::SmemLayoutSlab, Traits::kWarpKeys>(
+          cached, max(cached, tile * kBlockN), min(seqlen, (tile + 1) * kBlockN), tile * kBlockN, slab_base, tid);
       __syncthreads();
     }
 

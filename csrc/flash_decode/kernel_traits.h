@@ -9,6 +9,7 @@
 #include "common/cute/sm80_mma.h"
 #include "common/cute/sm80_smem.h"
 #include "flash_decode/flash_decode.h"
+#include "flash_decode/new_tokens.h"
 
 namespace cute_ops::decode {
 
@@ -51,9 +52,12 @@ struct FlashDecodeTraits {
   static constexpr int kWarpMergeLd = kHeadDim + 4;
   static constexpr int kWarpMergeBytes = kNWarps * kBlockM * kWarpMergeLd * 4;
   static_assert(kQElems * sizeof(Element) >= (2 * kNWarps + 1) * kBlockM * 4, "merge weights live where Q was");
-  static constexpr int kSmemBytes = static_cast<int>(
+  // Then this step's new tokens (new_tokens.h), apart from the ring: they are staged before the
+  // first tile and read at the tile that holds them.
+  static constexpr int kNewTokensOffset = static_cast<int>(
       kQElems * sizeof(Element) +
       (kRingElems * sizeof(Element) > kWarpMergeBytes ? kRingElems * sizeof(Element) : kWarpMergeBytes));
+  static constexpr int kSmemBytes = kNewTokensOffset + NewTokens<Element, kHeadDim, kNThreads>::kSmemBytes;
 
   static constexpr int kElemsPerChunk = 16 / sizeof(Element);
   static constexpr int kChunksPerRow = kHeadDim / kElemsPerChunk;
