@@ -39,7 +39,10 @@ using sm80::convert_to;
 using sm80::cp_async_16;
 using sm80::gemm_rs;
 
-template <typename Traits>
+// kNewTokens: the call appends new tokens (p.seqlen_new > 0). Calls without have their own
+// instantiation with none of that code: in one kernel, its mere presence (more code, more
+// registers) cost calls without new tokens 0.2-0.5 us at B = 1-4 x 512-2k (H200, session 29).
+template <typename Traits, bool kNewTokens>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const __grid_constant__ FlashDecodeParams p) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
@@ -97,7 +100,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const SequenceExtent extent = check_sequence(p, bidb, /*report=*/tid == 0);
   const int seqlen = extent.seqlen;
   // Keys below `cached` come from the cache; the new tokens' keys [cached, seqlen) from k_new/v_new.
-  const int cached = p.seqlen_new > 0 ? extent.cached : seqlen;
+  const int cached = kNewTokens ? extent.cached : seqlen;
   bool poisoned = !extent.ok;
   int bad_page_key = -1, bad_page = 0;
   const int n_tiles = (seqlen + kBlockN - 1) / kBlockN;
@@ -108,12 +111,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // The new tokens' loads, ahead of the cache's (new_tokens.h says why): their rows when this CTA
   // appends them (split 0's first row block of each kv head; no CTA of this launch reads them
   // from the cache) or attends them, the cos/sin of their positions when rotating.
-  const bool appends = p.seqlen_new > 0 && extent.ok && split == 0 && m_block == 0;
-  const bool stage_rows = appends || (p.seqlen_new > 0 && extent.ok && tile_begin < tile_end &&
-                                      tile_end * kBlockN > cached);
-  const bool rotate = p.rotary_cos != nullptr && p.seqlen_new > 0 && extent.ok;
+  const bool appends = kNewTokens && extent.ok && split == 0 && m_block == 0;
+  const bool stage_rows =
+      appends || (kNewTokens && extent.ok && tile_begin < tile_end && tile_end * kBlockN > cached);
+  const bool rotate = kNewTokens && p.rotary_cos != nullptr && extent.ok;
   NewTokens<Element, kHeadDim, Traits::kNThreads> new_tokens(smem + Traits::kNewTokensOffset);
-  new_tokens.load(p, bidb, bidh_k, cached, stage_rows, rotate, tid);
+  if constexpr (kNewTokens) new_tokens.load(p, bidb, bidh_k, cached, stage_rows, rotate, tid);
 
   // This warp's slab (its 16 keys) of one K and V tile into ring stage `stage`; keys past the
   // cached ones are zeros. Each warp loads and reads only its own slabs, so the ring needs no
@@ -189,7 +192,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     cute::cp_async_fence();
   }
 
-  if (stage_rows) {
+  if (kNewTokens && stage_rows) {
     new_tokens.store_pages(p, cached, tile_begin * kBlockN, min(seqlen, tile_end * kBlockN), tid, poisoned,
                            bad_page_key, bad_page);
   }
@@ -216,30 +219,31 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // those up to its own position (seqlen - sq + token).
   const int first_limited_key = p.causal ? seqlen - p.sq : seqlen - 1;  // the smallest row limit
 
-  // Q and the new rows arrive in every thread's first cp.async group, with the first tile: rotate
-  // them, write the cache rows, and take Q into registers before the loop (the cos/sin registers
-  // are dead by then, not carried through it).
-  cute::cp_async_wait<kStages - 1>();
-  __syncthreads();
-  if (rotate) {
-    new_tokens.rotate(p, sQ, m_block * kBlockM, min(kBlockM, rows - m_block * kBlockM), group, stage_rows, tid);
-    __syncthreads();
-  }
-  if (appends) new_tokens.append(p, bidh_k, cached, tid);
-  DECODE_TRACE(2);
-  copy(smem_copy_q, smem_thr_copy_q.partition_S(sQ), smem_thr_copy_q.retile_D(tSrQ));
-  if (p.negate_q) {
-#pragma unroll
-    for (int i = 0; i < size(tSrQ); ++i) tSrQ(i) = -tSrQ(i);
-  }
-
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const bool refill = tile + kStages < tile_end;
     SlabSource next{};
     if (refill) next = locate_slab(tile + kStages);  // before the wait: see locate_slab
     cute::cp_async_wait<kStages - 1>();
     __syncwarp();  // this warp's slabs of the tile have landed for every lane
-    if (p.seqlen_new > 0 && (tile + 1) * kBlockN > cached) {  // CTA-uniform: the tile holds new tokens
+    if (tile == tile_begin) {
+      // Q and the new rows arrived with the first tile (every thread's first cp.async group):
+      // rotate them, write the cache rows, take Q into registers. Here rather than before the loop:
+      // there, calls without new tokens were 0.4 us slower at B = 1 x 2k (H200, session 29).
+      __syncthreads();
+      if (kNewTokens && rotate) {
+        new_tokens.rotate(p, sQ, cached, m_block * kBlockM, min(kBlockM, rows - m_block * kBlockM), group,
+                          stage_rows, tid);
+        __syncthreads();
+      }
+      if (kNewTokens && appends) new_tokens.append(p, bidh_k, cached, tid);
+      DECODE_TRACE(2);
+      copy(smem_copy_q, smem_thr_copy_q.partition_S(sQ), smem_thr_copy_q.retile_D(tSrQ));
+      if (p.negate_q) {
+#pragma unroll
+        for (int i = 0; i < size(tSrQ); ++i) tSrQ(i) = -tSrQ(i);
+      }
+    }
+    if (kNewTokens && (tile + 1) * kBlockN > cached) {  // CTA-uniform: the tile holds new tokens
       __syncthreads();  // every warp's zero-filled slabs have landed
       const int stage = (tile - tile_begin) % kStages;
       auto slab_base = [&](int w, int is_value) {

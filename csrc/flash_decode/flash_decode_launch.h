@@ -18,10 +18,10 @@ namespace decode {
 template <int kHeadDim, typename Element>
 using DecodeTraits = FlashDecodeTraits<kHeadDim, kHeadDim == 128 ? 3 : 4, Element>;
 
-template <typename Traits>
+template <typename Traits, bool kNewTokens>
 void launch_decode(const FlashDecodeParams& p, cudaStream_t stream) {
-  constexpr int kSmem = Traits::kSmemBytes;
-  auto kernel = &flash_decode_kernel<Traits>;
+  constexpr int kSmem = kNewTokens ? Traits::kSmemBytesNewTokens : Traits::kSmemBytes;
+  auto kernel = &flash_decode_kernel<Traits, kNewTokens>;
   if constexpr (kSmem > 48 * 1024) {
     static DynamicSmemOptIn smem_opt_in;  // this instantiation's, set once per device
     smem_opt_in.apply(kernel, kSmem, "flash_decode shared memory");
@@ -35,7 +35,12 @@ void launch_decode(const FlashDecodeParams& p, cudaStream_t stream) {
 
 template <typename Element, int kHeadDim>
 void run_flash_decode_(const FlashDecodeParams& p, cudaStream_t stream) {
-  decode::launch_decode<decode::DecodeTraits<kHeadDim, Element>>(p, stream);
+  using Traits = decode::DecodeTraits<kHeadDim, Element>;
+  if (p.seqlen_new > 0) {
+    decode::launch_decode<Traits, true>(p, stream);
+  } else {
+    decode::launch_decode<Traits, false>(p, stream);
+  }
 }
 
 }  // namespace cute_ops

@@ -57,7 +57,8 @@ struct FlashDecodeTraits {
   static constexpr int kNewTokensOffset = static_cast<int>(
       kQElems * sizeof(Element) +
       (kRingElems * sizeof(Element) > kWarpMergeBytes ? kRingElems * sizeof(Element) : kWarpMergeBytes));
-  static constexpr int kSmemBytes = kNewTokensOffset + NewTokens<Element, kHeadDim, kNThreads>::kSmemBytes;
+  static constexpr int kSmemBytes = kNewTokensOffset;  // a call without new tokens
+  static constexpr int kSmemBytesNewTokens = kNewTokensOffset + NewTokens<Element, kHeadDim, kNThreads>::kSmemBytes;
 
   static constexpr int kElemsPerChunk = 16 / sizeof(Element);
   static constexpr int kChunksPerRow = kHeadDim / kElemsPerChunk;

@@ -29,12 +29,16 @@ struct NewTokens {
   // Shared memory: [token][key, value][head dim] rows, then the tokens' pages.
   static constexpr int kRowsElems = kDecodeMaxNewTokens * 2 * kHeadDim;
   static constexpr int kSmemBytes = kRowsElems * static_cast<int>(sizeof(Element)) + kDecodeMaxNewTokens * 4;
-  // (token, rotary pair) units a thread rotates, at most.
+  // (token, rotary pair) units a thread rotates: at most kRotUnits; the cos/sin of the first
+  // kHeldUnits are loaded ahead into registers (one token at head dim 128, two at 64, per unit),
+  // the rest (steps of more new tokens) read when rotating. Holding all 8 (head dim 128) took
+  // unrolled code that slowed every call (see rotate).
   static constexpr int kRotUnits = (kDecodeMaxNewTokens * kHeadDim / 2 + kNThreads - 1) / kNThreads;
+  static constexpr int kHeldUnits = kRotUnits < 2 ? kRotUnits : 2;
 
   Element* rows;  // shared
   int* pages;     // shared: the page each new token's row is in (the batch index for a contiguous cache)
-  float cos_[kRotUnits], sin_[kRotUnits];  // this thread's units: u = tid + k * kNThreads
+  float cos_[kHeldUnits], sin_[kHeldUnits];  // this thread's units u = tid + k * kNThreads, k < kHeldUnits
   int page_;                               // thread t < sq: new token t's page, as read
 
   __device__ __forceinline__ explicit NewTokens(char* smem)
@@ -42,6 +46,17 @@ struct NewTokens {
 
   __device__ __forceinline__ Element* row(int token, int is_value) const {
     return rows + (token * 2 + is_value) * kHeadDim;
+  }
+
+  // cos and sin of rotary pair f at position pos.
+  __device__ __forceinline__ static void rotary_at(const FlashDecodeParams& p, int pos, int f, float& c, float& s) {
+    const index_t at = static_cast<index_t>(pos) * p.rotary_stride + f;
+    if (p.rotary_fp32) {
+      c = static_cast<const float*>(p.rotary_cos)[at], s = static_cast<const float*>(p.rotary_sin)[at];
+    } else {
+      c = static_cast<float>(static_cast<const Element*>(p.rotary_cos)[at]);
+      s = static_cast<float>(static_cast<const Element*>(p.rotary_sin)[at]);
+    }
   }
 
   // Issues this CTA's loads (before its first cache tiles): the rows when stage_rows (into the
@@ -65,18 +80,9 @@ struct NewTokens {
     if (rotate) {
       const int half = p.rotary_dim / 2;
 #pragma unroll
-      for (int k = 0; k < kRotUnits; ++k) {
+      for (int k = 0; k < kHeldUnits; ++k) {
         const int u = tid + k * kNThreads;
-        if (u < p.seqlen_new * half) {
-          const index_t at = static_cast<index_t>(cached + u / half) * p.rotary_stride + u % half;
-          if (p.rotary_fp32) {
-            cos_[k] = static_cast<const float*>(p.rotary_cos)[at];
-            sin_[k] = static_cast<const float*>(p.rotary_sin)[at];
-          } else {
-            cos_[k] = static_cast<float>(static_cast<const Element*>(p.rotary_cos)[at]);
-            sin_[k] = static_cast<float>(static_cast<const Element*>(p.rotary_sin)[at]);
-          }
-        }
+        if (u < p.seqlen_new * half) rotary_at(p, cached + u / half, u % half, cos_[k], sin_[k]);
       }
     }
   }
@@ -97,22 +103,36 @@ struct NewTokens {
   // the packed Q rows [q_row0, q_row0 + q_rows) of sQ (row r is token r / group) and, with
   // staged rows, the new keys. Pairs (f, f + rotary_dim / 2); dims past rotary_dim unchanged.
   template <typename SQ>
-  __device__ __forceinline__ void rotate(const FlashDecodeParams& p, SQ& sQ, int q_row0, int q_rows, int group,
-                                         bool staged_rows, int tid) const {
+  __device__ __forceinline__ void rotate(const FlashDecodeParams& p, SQ& sQ, int cached, int q_row0, int q_rows,
+                                         int group, bool staged_rows, int tid) const {
     const int half = p.rotary_dim / 2;
     auto turn = [&](auto&& x, auto&& y, float c, float s) {
       const float a = static_cast<float>(x), b = static_cast<float>(y);
       x = static_cast<Element>(a * c - b * s);
       y = static_cast<Element>(b * c + a * s);
     };
-#pragma unroll
+    // Not unrolled: the body once in the code. Unrolled, it grew the kernel's 100 KB of code by
+    // half, and calls with short CTAs, which run most of their code once, paid for the instruction
+    // fetches (+0.4-0.7 us at B = 1-4 x 512-8k, H200, also without RoPE).
+#pragma unroll 1
     for (int k = 0; k < kRotUnits; ++k) {
       const int u = tid + k * kNThreads;
       if (u >= p.seqlen_new * half) break;
       const int i = u / half, f = u % half;
+      float c, s;
+      if (k < kHeldUnits) {
+        c = cos_[0], s = sin_[0];
+#pragma unroll
+        for (int kk = 1; kk < kHeldUnits; ++kk) {
+          if (k == kk) c = cos_[kk], s = sin_[kk];
+        }
+      } else {
+        rotary_at(p, cached + i, f, c, s);
+      }
       const int r_begin = max(i * group, q_row0), r_end = min((i + 1) * group, q_row0 + q_rows);
-      for (int r = r_begin; r < r_end; ++r) turn(sQ(r - q_row0, f), sQ(r - q_row0, f + half), cos_[k], sin_[k]);
-      if (staged_rows) turn(row(i, 0)[f], row(i, 0)[f + half], cos_[k], sin_[k]);
+#pragma unroll 1
+      for (int r = r_begin; r < r_end; ++r) turn(sQ(r - q_row0, f), sQ(r - q_row0, f + half), c, s);
+      if (staged_rows) turn(row(i, 0)[f], row(i, 0)[f + half], c, s);
     }
   }
 
