@@ -72,6 +72,7 @@ def flash_decode_cases():
         good = torch.tensor([0, 17, 66], dtype=torch.int32, device=DEV)
         for splits in (0, 1, 5):
             cute_ops.flash_decode(q, kc, vc, good, new, new.clone(), table, num_splits=splits)
+            cute_ops.flash_decode(q, kc, vc, good, block_table=table, num_splits=splits)  # no new tokens
         cute_ops.flash_decode(q, kc, vc, torch.tensor([0, 17, 50], dtype=torch.int32, device=DEV), new, new.clone(),
                               table, cos_sin[:, :32], cos_sin[:, 32:])
         for bad in ([0, -5, 3], [0, 78, 3], [0, 58, 3]):  # negative; past capacity; past the rotary table

@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     for (int r0 = 0; r0 < Traits::kWarpKeys; r0 += Traits::kSlabRowsPerPass) {
       const int r = r0 + slab_row;
       const int key = src.key0 + r;
-      const bool valid = key < cached;  // new keys: zeros here, written by put_new_keys
+      const bool valid = key < cached;  // new keys: zeros here, written by NewTokens::put
       int page = valid ? src.page0 : 0;
       const int row = valid ? src.row0 + r : 0;
       if (valid && !page_valid) {
