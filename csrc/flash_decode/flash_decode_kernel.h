@@ -41,7 +41,7 @@ using sm80::gemm_rs;
 
 // kNewTokens: the call appends new tokens (p.seqlen_new > 0). Calls without have their own
 // instantiation with none of that code: in one kernel, its mere presence (more code, more
-// registers) cost calls without new tokens 0.2-0.5 us at B = 1-4 x 512-2k (H200, session 29).
+// registers) cost calls without new tokens 0.2-0.3 us at B = 1-4 x 512-2k (H200, session 29).
 template <typename Traits, bool kNewTokens>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const __grid_constant__ FlashDecodeParams p) {
   using Element = typename Traits::Element;

@@ -10,7 +10,7 @@
 // cp.async into shared memory (landing with Q and the first tile), the cos / sin values and the
 // new tokens' block-table entries into registers. Loaded later, they queue behind the SM's cache
 // loads and cost microseconds each; loaded one element at a time, a round trip per element. Both
-// showed in the LLaMA model's geometry as 5-13 us a call (H200, sessions 28-29). After the first
+// showed in the LLaMA model's geometry as 4-13 us a call (H200, sessions 28-29). After the first
 // tile's barrier everything is shared-memory work: rotate Q and the new keys in place, write the
 // cache rows, and copy the rows into the ring at the tile that holds them.
 #include <cute/tensor.hpp>
@@ -111,9 +111,9 @@ struct NewTokens {
       x = static_cast<Element>(a * c - b * s);
       y = static_cast<Element>(b * c + a * s);
     };
-    // Not unrolled: the body once in the code. Unrolled, it grew the kernel's 100 KB of code by
-    // half, and calls with short CTAs, which run most of their code once, paid for the instruction
-    // fetches (+0.4-0.7 us at B = 1-4 x 512-8k, H200, also without RoPE).
+    // Not unrolled: the body once in the code. Unrolled, it grew the kernel's code from 101 to
+    // 148 KB, and short CTAs, which run most of their code once, paid for the instruction fetches
+    // (up to 0.3 us at B = 1 x 2k, H200, session 29).
 #pragma unroll 1
     for (int k = 0; k < kRotUnits; ++k) {
       const int u = tid + k * kNThreads;
