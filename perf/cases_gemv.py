@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import cute_ops
 from cute_ops import reference as ref
-from harness import Case
+from harness import Case, compiled
 
 HIDDEN, INTER, Q, KV, VOCAB = 4096, 14336, 4096, 1024, 128256
 # name: (k, weight rows, folds)
@@ -26,7 +26,7 @@ M_SIZES = [1, 8]
 
 @functools.cache
 def _compiled():
-    return torch.compile(ref.gemv, fullgraph=True)
+    return compiled(ref.gemv)
 
 
 def _case(proj: str, m: int) -> Case:
