@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const bool appends = kNewTokens && extent.ok && split == 0 && m_block == 0;
   const bool stage_rows =
       appends || (kNewTokens && extent.ok && tile_begin < tile_end && tile_end * kBlockN > cached);
-  const bool rotate = kNewTokens && p.rotary_cos != nullptr && extent.ok;
+  const bool rotate = kNewTokens && p.rotary_cos != nullptr && extent.ok;  // all three false without new tokens
   NewTokens<Element, kHeadDim, Traits::kNThreads> new_tokens(smem + Traits::kNewTokensOffset);
   if constexpr (kNewTokens) new_tokens.load(p, bidb, bidh_k, cached, stage_rows, rotate, tid);
 
@@ -132,6 +132,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // session 28).
   PageWindow pages;
   pages.start(p, bidb, tile_begin * kBlockN + warp * Traits::kWarpKeys, lane);
+  // Warp w's K (is_value 0) or V (1) slab of ring stage `stage`.
+  auto slab_at = [&](int stage, int is_value, int w) {
+    return ring + ((stage * 2 + is_value) * kNWarps + w) * Traits::kSlabElems;
+  };
   const int slab_col = (lane % Traits::kChunksPerRow) * Traits::kElemsPerChunk;
   const int slab_row = lane / Traits::kChunksPerRow;
   const Element* k_head = static_cast<const Element*>(p.k_cache) + bidh_k * p.k_head_stride + slab_col;
@@ -152,8 +156,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     return src;
   };
   auto issue_slab = [&](const SlabSource& src, int stage) {
-    Element* k_dst = ring + ((stage * 2 + 0) * kNWarps + warp) * Traits::kSlabElems;
-    Element* v_dst = ring + ((stage * 2 + 1) * kNWarps + warp) * Traits::kSlabElems;
+    Element* k_dst = slab_at(stage, 0, warp);
+    Element* v_dst = slab_at(stage, 1, warp);
     if (src.whole) {
 #pragma unroll
       for (int r0 = 0; r0 < Traits::kWarpKeys; r0 += Traits::kSlabRowsPerPass) {
@@ -192,7 +196,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     cute::cp_async_fence();
   }
 
-  if (kNewTokens && stage_rows) {
+  if (stage_rows) {
     new_tokens.store_pages(p, cached, tile_begin * kBlockN, min(seqlen, tile_end * kBlockN), tid, poisoned,
                            bad_page_key, bad_page);
   }
@@ -230,12 +234,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
       // rotate them, write the cache rows, take Q into registers. Here rather than before the loop:
       // there, calls without new tokens were 0.4 us slower at B = 1 x 2k (H200, session 29).
       __syncthreads();
-      if (kNewTokens && rotate) {
+      if (rotate) {
         new_tokens.rotate(p, sQ, cached, m_block * kBlockM, min(kBlockM, rows - m_block * kBlockM), group,
                           stage_rows, tid);
         __syncthreads();
       }
-      if (kNewTokens && appends) new_tokens.append(p, bidh_k, cached, tid);
+      if (appends) new_tokens.append(p, bidh_k, cached, tid);
       DECODE_TRACE(2);
       copy(smem_copy_q, smem_thr_copy_q.partition_S(sQ), smem_thr_copy_q.retile_D(tSrQ));
       if (p.negate_q) {
@@ -246,17 +250,15 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     if (kNewTokens && (tile + 1) * kBlockN > cached) {  // CTA-uniform: the tile holds new tokens
       __syncthreads();  // every warp's zero-filled slabs have landed
       const int stage = (tile - tile_begin) % kStages;
-      auto slab_base = [&](int w, int is_value) {
-        return ring + ((stage * 2 + is_value) * kNWarps + w) * Traits::kSlabElems;
-      };
+      auto slab_base = [&](int w, int is_value) { return slab_at(stage, is_value, w); };
       new_tokens.template put<typename Traits::SmemLayoutSlab, Traits::kWarpKeys>(
           cached, max(cached, tile * kBlockN), min(seqlen, (tile + 1) * kBlockN), tile * kBlockN, slab_base, tid);
       __syncthreads();
     }
 
     const int stage = (tile - tile_begin) % kStages;
-    Element* k_slab = ring + ((stage * 2 + 0) * kNWarps + warp) * Traits::kSlabElems;
-    Element* v_slab = ring + ((stage * 2 + 1) * kNWarps + warp) * Traits::kSlabElems;
+    Element* k_slab = slab_at(stage, 0, warp);
+    Element* v_slab = slab_at(stage, 1, warp);
     Tensor sK = make_tensor(make_smem_ptr(k_slab), typename Traits::SmemLayoutSlab{});
     Tensor sVt = make_tensor(make_smem_ptr(v_slab), typename Traits::SmemLayoutSlabT{});
     Tensor sVtNoSwizzle = make_tensor(make_smem_ptr(v_slab), typename Traits::SmemLayoutSlabTNoSwizzle{});
