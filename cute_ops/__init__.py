@@ -5,7 +5,7 @@ kernels, its input rules and Meta impl in <family>_checks.cpp, its CUDA impl); e
 declared in csrc/torch_bindings.cpp.
 """
 from ._library import cuda_kernels_available, schemas_loaded
-from .decode import flash_decode
+from .decode import dequantize_kv, flash_decode, kv_scale, quantize_kv
 from .errors import (DeviceDataError, DeviceError, check_errors, get_device_error_mode, read_errors,
                      set_device_error_mode)
 from .flash import flash_attn_func, flash_attn_varlen_func, flash_fwd, flash_fwd_varlen
@@ -21,6 +21,7 @@ __all__ = [
     "cuda_kernels_available",
     "DeviceDataError",
     "DeviceError",
+    "dequantize_kv",
     "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_decode",
@@ -31,8 +32,10 @@ __all__ = [
     "gemm_pair",
     "gemv",
     "get_device_error_mode",
+    "kv_scale",
     "Llama3RopeScaling",
     "pack_gate_up",
+    "quantize_kv",
     "read_errors",
     "rms_norm",
     "rope_cos_sin_cache",

@@ -97,7 +97,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      k_new: torch.Tensor | None = None, v_new: torch.Tensor | None = None,
                      block_table: torch.Tensor | None = None, rotary_cos: torch.Tensor | None = None,
                      rotary_sin: torch.Tensor | None = None, softmax_scale: float | None = None,
-                     causal: bool = True, upcast: bool = True,
+                     causal: bool = True, upcast: bool = True, k_scale: torch.Tensor | None = None,
+                     v_scale: torch.Tensor | None = None,
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """flash_decode's result, computed sequence by sequence without touching the inputs; returns
     ``(out, lse, k_cache, v_cache)`` with the caches as they should be after the call (copies).
@@ -105,8 +106,15 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     The new tokens (q, and k_new/v_new when given) are rotated in the inputs' dtype, as the kernel
     stores them; attention is :func:`attention` with the diagonal aligned bottom-right, so that new
     token i sees the keys up to its own position, in float64 (out and lse float64), or with
-    ``upcast=False`` in the inputs' dtype (PyTorch's own low-precision error)."""
+    ``upcast=False`` in the inputs' dtype (PyTorch's own low-precision error). An fp8 cache (with
+    k_scale and v_scale) gets the new rows quantized as the kernel stores them (`quantize_kv`) and
+    is attended dequantized (in float64, or q's dtype without upcast)."""
+    from .decode import dequantize_kv, quantize_kv
+
+    fp8 = k_scale is not None
     k_cache, v_cache = k_cache.clone(), v_cache.clone()
+    # fp8 rows are moved as bytes: indexing float8 tensors is not implemented everywhere.
+    kc, vc = (c.view(torch.uint8) for c in (k_cache, v_cache)) if fp8 else (k_cache, v_cache)
     batch, tokens = q.shape[:2]
     page_size = k_cache.shape[1]
     outs, lses = [], []
@@ -120,18 +128,24 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                 cos_sin = torch.cat([rotary_cos, rotary_sin], dim=-1)
                 qb, kb_new = rotary_embedding(qb, kb_new, positions[None], cos_sin)
             rows = positions
+            k_rows, v_rows = kb_new[0], vb_new[0]
+            if fp8:
+                k_rows, v_rows = (quantize_kv(t, s).view(torch.uint8) for t, s in ((k_rows, k_scale), (v_rows, v_scale)))
             if block_table is None:
-                k_cache[b, rows], v_cache[b, rows] = kb_new[0], vb_new[0]
+                kc[b, rows], vc[b, rows] = k_rows, v_rows
             else:
                 pages = block_table[b, rows // page_size].long()
-                k_cache[pages, rows % page_size], v_cache[pages, rows % page_size] = kb_new[0], vb_new[0]
+                kc[pages, rows % page_size], vc[pages, rows % page_size] = k_rows, v_rows
         length = cached + (tokens if k_new is not None else 0)
         keys = torch.arange(length, device=q.device)
         if block_table is None:
-            kb, vb = k_cache[b, keys], v_cache[b, keys]
+            kb, vb = kc[b, keys], vc[b, keys]
         else:
             pages = block_table[b, keys // page_size].long()
-            kb, vb = k_cache[pages, keys % page_size], v_cache[pages, keys % page_size]
+            kb, vb = kc[pages, keys % page_size], vc[pages, keys % page_size]
+        if fp8:
+            kb, vb = (dequantize_kv(t.view(torch.float8_e4m3fn), s, torch.float64 if upcast else q.dtype)
+                      for t, s in ((kb, k_scale), (vb, v_scale)))
         qb, kb, vb = (t.double() if upcast else t for t in (qb, kb, vb))
         out, lse = attention(qb, kb[None], vb[None], softmax_scale, causal, upcast)
         outs.append(out)

@@ -4,6 +4,11 @@ paged, against PyTorch SDPA's flash and cuDNN backends reading the same contiguo
 flash-attn's flash_attn_with_kvcache where the package is installed). Bytes = the K and V rows
 read, so TB/s is the cache read rate, compared with the read ceiling.
 
+fp8 cases (shape key kv = "fp8"): the same steps over a float8_e4m3fn cache with a scale a kv head,
+at FP8_POINTS; `ours_bf16_cache` (a variant, not a baseline) is our own kernel
+over the bf16 cache of the same values, which issue 15's fp8 target compares with; the baselines read
+the bf16 cache. Bytes are the fp8 cache's.
+
 No torch_compile baseline: Inductor's attention pattern matcher
 (torch/_inductor/fx_passes/fuse_attention.py) rewrites the matmul-softmax-matmul of an eager
 attention into aten.scaled_dot_product_attention, so it would time SDPA again, whose backends are
@@ -22,6 +27,9 @@ from harness import Case
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
 BATCHES = [1, 4, 16, 64]
 LENGTHS = [512, 2048, 8192, 32768, 131072]
+# The fp8 cases: 8k to 512k keys (B x L), most at or past issue 15's 128k.
+FP8_POINTS = [(1, 8192), (1, 32768), (1, 131072), (4, 32768), (4, 131072), (16, 8192), (16, 32768), (64, 2048),
+              (64, 8192)]
 MAX_CACHE_BYTES = 24 << 30  # K + V; larger points are left out (B = 64 x 128k is 34 GB)
 PAGE_SIZE = 64
 
@@ -35,9 +43,11 @@ def _flash_attn_with_kvcache():
     return flash_attn_with_kvcache
 
 
-def _decode_case(batch: int, length: int, paged: bool) -> Case:
+def _decode_case(batch: int, length: int, paged: bool, fp8: bool = False) -> Case:
     dtype = torch.bfloat16
     with_kvcache = _flash_attn_with_kvcache()
+    if fp8:
+        return _decode_fp8_case(batch, length, paged)
 
     def setup():
         q = torch.randn(batch, 1, HEADS_Q, HEAD_DIM, device="cuda", dtype=dtype)
@@ -85,4 +95,57 @@ def cases() -> list[Case]:
             continue
         for paged in (False, True):
             out.append(_decode_case(batch, length, paged))
+    for batch, length in FP8_POINTS:
+        for paged in (False, True):
+            out.append(_decode_case(batch, length, paged, fp8=True))
     return out
+
+
+def _decode_fp8_case(batch: int, length: int, paged: bool) -> Case:
+    dtype = torch.bfloat16
+
+    def setup():
+        q = torch.randn(batch, 1, HEADS_Q, HEAD_DIM, device="cuda", dtype=dtype)
+        k = torch.randn(batch, length, HEADS_KV, HEAD_DIM, device="cuda", dtype=dtype)
+        v = torch.randn_like(k)
+        k_scale, v_scale = cute_ops.kv_scale(k), cute_ops.kv_scale(v)
+        k8, v8 = cute_ops.quantize_kv(k, k_scale), cute_ops.quantize_kv(v, v_scale)
+        lengths = torch.full((batch,), length, dtype=torch.int32, device="cuda")
+        table = None
+        if paged:
+            pages = length // PAGE_SIZE
+            perm = torch.randperm(batch * pages, device="cuda")
+            table = perm.view(batch, pages).to(torch.int32)
+
+            def to_pages(t):
+                p = torch.empty(batch * pages, PAGE_SIZE, HEADS_KV, HEAD_DIM, device="cuda", dtype=t.dtype)
+                p.view(torch.uint8 if t.dtype == torch.float8_e4m3fn else t.dtype)[perm] = (
+                    t.view(torch.uint8 if t.dtype == torch.float8_e4m3fn else t.dtype)
+                    .view(batch * pages, PAGE_SIZE, HEADS_KV, HEAD_DIM))
+                return p
+
+            k8_c, v8_c, k_c, v_c = (to_pages(t) for t in (k8, v8, k, v))
+        else:
+            k8_c, v8_c, k_c, v_c = k8, v8, k, v
+        impls = {
+            "ours": lambda: cute_ops.flash_decode(q, k8_c, v8_c, lengths, block_table=table, k_scale=k_scale,
+                                                  v_scale=v_scale),
+            "ours_bf16_cache": lambda: cute_ops.flash_decode(q, k_c, v_c, lengths, block_table=table),
+        }
+        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+        def sdpa():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+        try:
+            sdpa()
+            impls["sdpa_cudnn"] = sdpa
+        except RuntimeError:
+            pass
+        return impls
+
+    shape = {"B": batch, "L": length, "Hq": HEADS_Q, "Hkv": HEADS_KV, "D": HEAD_DIM,
+             "cache": f"paged{PAGE_SIZE}" if paged else "contiguous", "kv": "fp8"}
+    kv_bytes = 2 * batch * length * HEADS_KV * HEAD_DIM
+    return Case("flash_decode", "flash_decode", shape, dtype, setup, bytes=kv_bytes,
+                impls=("ours", "ours_bf16_cache", "sdpa_cudnn"), read_dominated=True)

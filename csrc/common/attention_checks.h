@@ -22,24 +22,28 @@ inline std::string dims_str(std::initializer_list<const char*> names) {
   return s + "]";
 }
 
-// An fp16/bf16 operand of an attention kernel, which copies 16-byte vectors from every row and
-// head: on q's device with q's dtype (q itself must be fp16 or bf16), the dims `names` lists,
-// last dim contiguous, every other stride a multiple of 8 elements, data 16-byte aligned.
+// An operand of an attention kernel, which copies 16-byte vectors from every row and head: on q's
+// device with q's dtype (q itself must be fp16 or bf16), or with `dtype` when given (an fp8 KV
+// cache), the dims `names` lists, last dim contiguous, every other stride a multiple of 16 bytes,
+// data 16-byte aligned.
 inline void check_attention_operand(const at::Tensor& t, const at::Tensor& q, const char* op, const char* name,
-                                    std::initializer_list<const char*> names) {
+                                    std::initializer_list<const char*> names,
+                                    std::optional<at::ScalarType> dtype = std::nullopt) {
   check_device(t, q, op, name, "q");
   if (t.is_same(q)) {
     check_dtype_in(q, {at::kHalf, at::kBFloat16}, op, "q");
+  } else if (dtype) {
+    check_dtype_in(t, {*dtype}, op, name);
   } else {
     check_same_dtype(t, q, op, name, "q");
   }
   TORCH_CHECK_VALUE(t.dim() == static_cast<int64_t>(names.size()), op, ": ", name, " must be ", dims_str(names),
                     ", got shape ", shape_str(t));
   check_last_dim_contiguous(t, op, name);
-  constexpr int kAlignElems = 8;  // 16 bytes of 16-bit elements
+  const int64_t align_elems = 16 / static_cast<int64_t>(t.element_size());
   for (int64_t i = 0; i + 1 < t.dim(); ++i) {
-    TORCH_CHECK_VALUE(t.sym_stride(i) % kAlignElems == 0, op, ": ", name, "'s strides (all but the last) must be ",
-                      "multiples of ", kAlignElems, " elements (16 bytes), got strides ", strides_str(t));
+    TORCH_CHECK_VALUE(t.sym_stride(i) % align_elems == 0, op, ": ", name, "'s strides (all but the last) must be ",
+                      "multiples of ", align_elems, " elements (16 bytes), got strides ", strides_str(t));
   }
   check_aligned(t, 16, op, name);
 }

@@ -24,6 +24,13 @@ struct FlashDecodeParams {
   void* v_cache;
   index_t k_page_stride, k_row_stride, k_head_stride;
   index_t v_page_stride, v_row_stride, v_head_stride;
+  // An fp8 (e4m3) cache: the elements are round(k / k_scale[h]), round(v / v_scale[h]) for kv head h
+  // (fp8_cache.h); the scales are float32 on the device, kv_scale_stride 0 (one for all heads) or
+  // 1 (one a kv head). Otherwise the cache has q's dtype and the scales are unused.
+  bool kv_fp8;
+  const float* k_scale;
+  const float* v_scale;
+  int kv_scale_stride;
   const int* block_table;  // nullptr: contiguous
   index_t block_table_stride;
   int max_pages;   // block_table columns (paged) or 1 (contiguous)

@@ -22,9 +22,10 @@ std::tuple<at::Tensor, at::Tensor> flash_decode_meta(
     const at::Tensor& q, at::Tensor& k_cache, at::Tensor& v_cache, const at::Tensor& cache_seqlens,
     const std::optional<at::Tensor>& k_new, const std::optional<at::Tensor>& v_new,
     const std::optional<at::Tensor>& block_table, const std::optional<at::Tensor>& rotary_cos,
-    const std::optional<at::Tensor>& rotary_sin, std::optional<double> softmax_scale, bool causal, int64_t num_splits) {
+    const std::optional<at::Tensor>& rotary_sin, std::optional<double> softmax_scale, bool causal, int64_t num_splits,
+    const std::optional<at::Tensor>& k_scale, const std::optional<at::Tensor>& v_scale) {
   check_flash_decode(q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, rotary_cos, rotary_sin,
-                     softmax_scale, num_splits);
+                     softmax_scale, num_splits, k_scale, v_scale);
   return {at::empty_symint(q.sym_sizes(), q.options()),
           at::empty_symint({q.sym_size(0), q.sym_size(2), q.sym_size(1)}, q.options().dtype(at::kFloat))};
 }
@@ -35,7 +36,8 @@ void check_flash_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
                         const at::Tensor& cache_seqlens, const std::optional<at::Tensor>& k_new,
                         const std::optional<at::Tensor>& v_new, const std::optional<at::Tensor>& block_table,
                         const std::optional<at::Tensor>& rotary_cos, const std::optional<at::Tensor>& rotary_sin,
-                        std::optional<double> softmax_scale, int64_t num_splits) {
+                        std::optional<double> softmax_scale, int64_t num_splits,
+                        const std::optional<at::Tensor>& k_scale, const std::optional<at::Tensor>& v_scale) {
   check_attention_operand(q, q, kOp, "q", {"batch", "tokens", "heads_q", "head_dim"});
   const c10::SymInt batch = q.sym_size(0), tokens = q.sym_size(1), heads_q = q.sym_size(2);
   const int64_t d = q.sym_size(3).guard_int(__FILE__, __LINE__);  // picks the kernel: specialised when traced
@@ -43,8 +45,14 @@ void check_flash_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
                     join_values(sets::kHeadDims), "), got q of shape ", shape_str(q));
   TORCH_CHECK_VALUE(tokens >= 1 && tokens <= kDecodeMaxNewTokens, kOp, ": q must hold 1 to ", kDecodeMaxNewTokens,
                     " new tokens a sequence ([batch, tokens, heads, head_dim]), got shape ", shape_str(q));
-  check_attention_operand(k_cache, q, kOp, "k_cache", {"pages or batch", "page_size or capacity", "heads_kv", "head_dim"});
-  check_attention_operand(v_cache, q, kOp, "v_cache", {"pages or batch", "page_size or capacity", "heads_kv", "head_dim"});
+  // The cache holds q's dtype, or float8_e4m3fn with a float32 scale a kv head (or one for all).
+  const bool fp8 = k_cache.scalar_type() == at::kFloat8_e4m3fn;
+  const std::optional<at::ScalarType> cache_dtype =
+      fp8 ? std::optional<at::ScalarType>(at::kFloat8_e4m3fn) : std::nullopt;
+  check_attention_operand(k_cache, q, kOp, "k_cache", {"pages or batch", "page_size or capacity", "heads_kv", "head_dim"},
+                          cache_dtype);
+  check_attention_operand(v_cache, q, kOp, "v_cache", {"pages or batch", "page_size or capacity", "heads_kv", "head_dim"},
+                          cache_dtype);
   TORCH_CHECK_VALUE(v_cache.sym_sizes() == k_cache.sym_sizes(), kOp, ": v_cache must have k_cache's shape ",
                     shape_str(k_cache), ", got ", shape_str(v_cache));
   const c10::SymInt heads_kv = k_cache.sym_size(2);
@@ -53,6 +61,21 @@ void check_flash_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
   TORCH_CHECK_VALUE(heads_kv >= 1 && heads_q % heads_kv == 0 && heads_q <= kDecodeMaxGroup * heads_kv, kOp,
                     ": q's head count (", heads_q, ") must be a multiple of the cache's (", heads_kv, "), at most ",
                     kDecodeMaxGroup, " times it");
+  TORCH_CHECK_VALUE(k_scale.has_value() == fp8 && v_scale.has_value() == fp8, kOp,
+                    fp8 ? ": an fp8 cache needs k_scale and v_scale" : ": k_scale and v_scale go with an fp8 cache "
+                                                                       "(float8_e4m3fn k_cache and v_cache)");
+  if (fp8) {
+    TORCH_CHECK_VALUE(d == kDecodeFp8HeadDim, kOp, ": an fp8 cache needs head_dim ", kDecodeFp8HeadDim, ", got ", d);
+    for (auto [t, name] : {std::pair{&*k_scale, "k_scale"}, {&*v_scale, "v_scale"}}) {
+      check_device(*t, q, kOp, name, "q");
+      check_dtype_in(*t, {at::kFloat}, kOp, name);
+      TORCH_CHECK_VALUE(t->dim() <= 1 && (t->sym_numel() == 1 || t->sym_numel() == heads_kv) && t->is_contiguous(),
+                        kOp, ": ", name, " must hold one scale, or one a kv head (", heads_kv, "), contiguous; got ",
+                        "shape ", shape_str(*t));
+    }
+    TORCH_CHECK_VALUE(k_scale->sym_numel() == v_scale->sym_numel(), kOp, ": k_scale and v_scale must have the same ",
+                      "size, got ", shape_str(*k_scale), " and ", shape_str(*v_scale));
+  }
   check_int32_operand(cache_seqlens, q, kOp, "cache_seqlens", 1);
   TORCH_CHECK_VALUE(cache_seqlens.sym_size(0) == batch && cache_seqlens.is_contiguous(), kOp,
                     ": cache_seqlens must be contiguous with one length per sequence (", batch, "), got shape ",

@@ -12,6 +12,7 @@ void check_flash_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
                         const at::Tensor& cache_seqlens, const std::optional<at::Tensor>& k_new,
                         const std::optional<at::Tensor>& v_new, const std::optional<at::Tensor>& block_table,
                         const std::optional<at::Tensor>& rotary_cos, const std::optional<at::Tensor>& rotary_sin,
-                        std::optional<double> softmax_scale, int64_t num_splits);
+                        std::optional<double> softmax_scale, int64_t num_splits,
+                        const std::optional<at::Tensor>& k_scale, const std::optional<at::Tensor>& v_scale);
 
 }  // namespace cute_ops

@@ -11,7 +11,8 @@
 // finish merges by lse (split_merge.h).
 // New tokens (k_new / v_new) are appended by this kernel too (new_tokens.h): their keys and values
 // reach shared memory from k_new / v_new, never through the cache, and one CTA per kv head writes
-// them to the cache for later calls.
+// them to the cache for later calls. An fp8 cache (Traits::kFp8) has its own MMA operands and
+// scales (fp8_cache.h); everything else is shared.
 //
 // Partition names as in flash_fwd: tSrQ = thread's register fragment of Q for the S MMA, etc.
 #include <cute/tensor.hpp>
@@ -24,6 +25,7 @@
 #include "common/pdl.h"
 #include "flash_decode/cache_access.h"
 #include "flash_decode/flash_decode.h"
+#include "flash_decode/fp8_cache.h"
 #include "flash_decode/kernel_traits.h"
 #include "flash_decode/new_tokens.h"
 #include "flash_decode/split_merge.h"
@@ -45,6 +47,8 @@ using sm80::gemm_rs;
 template <typename Traits, bool kNewTokens>
 __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const __grid_constant__ FlashDecodeParams p) {
   using Element = typename Traits::Element;
+  using CacheElement = typename Traits::CacheElement;
+  constexpr bool kFp8 = Traits::kFp8;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -71,7 +75,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   };
 
   Element* sQ_ptr = reinterpret_cast<Element*>(smem);
-  Element* ring = sQ_ptr + Traits::kQElems;
+  char* ring = reinterpret_cast<char*>(sQ_ptr + Traits::kQElems);
   const int chunk_col = (tid % Traits::kChunksPerRow) * Traits::kElemsPerChunk;
   const int chunk_row = tid / Traits::kChunksPerRow;
 
@@ -97,6 +101,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // A bad sequence (cache_access.h) attends over no keys and ends poisoned: NaN outputs. So does
   // one whose block table names a page the cache does not have (found in issue_slab, which then
   // reads page 0 instead, and reported after the loop, away from the loads).
+  // An fp8 cache's scales for this kv head (fp8_cache.h): k_scale joins the softmax scale (its sign
+  // goes to q, so the softmax sees a positive scale), v_scale the output.
+  float k_scale = 1.f, v_scale = 1.f;
+  if constexpr (kFp8) {
+    k_scale = p.k_scale[bidh_k * p.kv_scale_stride];
+    v_scale = p.v_scale[bidh_k * p.kv_scale_stride];
+  }
   const SequenceExtent extent = check_sequence(p, bidb, /*report=*/tid == 0);
   const int seqlen = extent.seqlen;
   // Keys below `cached` come from the cache; the new tokens' keys [cached, seqlen) from k_new/v_new.
@@ -115,7 +126,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const bool stage_rows =
       appends || (kNewTokens && extent.ok && tile_begin < tile_end && tile_end * kBlockN > cached);
   const bool rotate = kNewTokens && p.rotary_cos != nullptr && extent.ok;  // all three false without new tokens
-  NewTokens<Element, kHeadDim, Traits::kNThreads> new_tokens(smem + Traits::kNewTokensOffset);
+  NewTokens<Element, kHeadDim, Traits::kNThreads, CacheElement> new_tokens(smem + Traits::kNewTokensOffset);
   if constexpr (kNewTokens) new_tokens.load(p, bidb, bidh_k, cached, stage_rows, rotate, tid);
 
   // This warp's slab (its 16 keys) of one K and V tile into ring stage `stage`; keys past the
@@ -134,17 +145,17 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   pages.start(p, bidb, tile_begin * kBlockN + warp * Traits::kWarpKeys, lane);
   // Warp w's K (is_value 0) or V (1) slab of ring stage `stage`.
   auto slab_at = [&](int stage, int is_value, int w) {
-    return ring + ((stage * 2 + is_value) * kNWarps + w) * Traits::kSlabElems;
+    return ring + ((stage * 2 + is_value) * kNWarps + w) * Traits::kSlabBytes;
   };
-  const int slab_col = (lane % Traits::kChunksPerRow) * Traits::kElemsPerChunk;
-  const int slab_row = lane / Traits::kChunksPerRow;
-  const Element* k_head = static_cast<const Element*>(p.k_cache) + bidh_k * p.k_head_stride + slab_col;
-  const Element* v_head = static_cast<const Element*>(p.v_cache) + bidh_k * p.v_head_stride + slab_col;
+  const int slab_col = (lane % Traits::kCacheChunksPerRow) * Traits::kCacheElemsPerChunk;
+  const int slab_row = lane / Traits::kCacheChunksPerRow;
+  const CacheElement* k_head = static_cast<const CacheElement*>(p.k_cache) + bidh_k * p.k_head_stride + slab_col;
+  const CacheElement* v_head = static_cast<const CacheElement*>(p.v_cache) + bidh_k * p.v_head_stride + slab_col;
   struct SlabSource {
     int key0, page0, row0;
     bool whole;  // all kWarpKeys keys cached, on a page the cache has: the plain copy
-    const Element* k;  // this lane's first row: (page0, row0 + slab_row)
-    const Element* v;
+    const CacheElement* k;  // this lane's first row: (page0, row0 + slab_row)
+    const CacheElement* v;
   };
   auto locate_slab = [&](int tile) {
     SlabSource src;
@@ -156,12 +167,12 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     return src;
   };
   auto issue_slab = [&](const SlabSource& src, int stage) {
-    Element* k_dst = slab_at(stage, 0, warp);
-    Element* v_dst = slab_at(stage, 1, warp);
+    char* k_dst = slab_at(stage, 0, warp);
+    char* v_dst = slab_at(stage, 1, warp);
     if (src.whole) {
 #pragma unroll
       for (int r0 = 0; r0 < Traits::kWarpKeys; r0 += Traits::kSlabRowsPerPass) {
-        const int in_slab = typename Traits::SmemLayoutSlab{}(r0 + slab_row, slab_col);
+        const int in_slab = Traits::slab_offset(r0 + slab_row, slab_col);
         cp_async_16(k_dst + in_slab, src.k + r0 * p.k_row_stride, true);
         cp_async_16(v_dst + in_slab, src.v + r0 * p.v_row_stride, true);
       }
@@ -181,7 +192,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
         poisoned = true, bad_page_key = key, bad_page = page;
         page = 0;
       }
-      const int in_slab = typename Traits::SmemLayoutSlab{}(r, slab_col);
+      const int in_slab = Traits::slab_offset(r, slab_col);
       cp_async_16(k_dst + in_slab, k_head + page * p.k_page_stride + row * p.k_row_stride, valid);
       cp_async_16(v_dst + in_slab, v_head + page * p.v_page_stride + row * p.v_row_stride, valid);
     }
@@ -204,6 +215,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   typename Traits::TiledMma tiled_mma;
   auto thr_mma = tiled_mma.get_thread_slice(lane);
   Tensor tSrQ = thr_mma.partition_fragment_A(sQ);  // (MMA, MMA_M, MMA_K): all of Q, kept in registers
+  // The fp8 path's Q, as half in its own operand order, and the power of two each of this lane's
+  // two rows (g, g + 8) was scaled by (fp8_cache.h).
+  uint32_t q_fp8[kFp8 ? fp8::kChunks : 1][4];
+  float q_unscale[2] = {1.f, 1.f};
+  const float scale_softmax = p.scale_softmax * fabsf(k_scale);
+  const float scale_softmax_log2 = p.scale_softmax_log2 * fabsf(k_scale);
+  const float inv_scale[2] = {1.f / k_scale, 1.f / v_scale};  // the append's (fp8)
   Tensor acc_o = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<kHeadDim>>{});
   clear(acc_o);
   Tensor acc_o_rc = make_tensor(acc_o.data(), acc_rowcol(acc_o.layout()));
@@ -239,34 +257,41 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
                           stage_rows, tid);
         __syncthreads();
       }
-      if (appends) new_tokens.append(p, bidh_k, cached, tid);
+      if (appends) new_tokens.append(p, bidh_k, cached, tid, inv_scale);
       DECODE_TRACE(2);
-      copy(smem_copy_q, smem_thr_copy_q.partition_S(sQ), smem_thr_copy_q.retile_D(tSrQ));
-      if (p.negate_q) {
+      if constexpr (kFp8) {
+        fp8::load_q(sQ, lane, (p.negate_q != (k_scale < 0.f)) ? -1.f : 1.f, q_fp8, q_unscale);
+      } else {
+        copy(smem_copy_q, smem_thr_copy_q.partition_S(sQ), smem_thr_copy_q.retile_D(tSrQ));
+        if (p.negate_q) {
 #pragma unroll
-        for (int i = 0; i < size(tSrQ); ++i) tSrQ(i) = -tSrQ(i);
+          for (int i = 0; i < size(tSrQ); ++i) tSrQ(i) = -tSrQ(i);
+        }
       }
     }
     if (kNewTokens && (tile + 1) * kBlockN > cached) {  // CTA-uniform: the tile holds new tokens
       __syncthreads();  // every warp's zero-filled slabs have landed
       const int stage = (tile - tile_begin) % kStages;
       auto slab_base = [&](int w, int is_value) { return slab_at(stage, is_value, w); };
-      new_tokens.template put<typename Traits::SmemLayoutSlab, Traits::kWarpKeys>(
-          cached, max(cached, tile * kBlockN), min(seqlen, (tile + 1) * kBlockN), tile * kBlockN, slab_base, tid);
+      auto slab_offset = [](int r, int col) { return Traits::slab_offset(r, col); };
+      new_tokens.template put<Traits::kWarpKeys>(cached, max(cached, tile * kBlockN), min(seqlen, (tile + 1) * kBlockN),
+                                                 tile * kBlockN, slab_base, slab_offset, tid, inv_scale);
       __syncthreads();
     }
 
     const int stage = (tile - tile_begin) % kStages;
-    Element* k_slab = slab_at(stage, 0, warp);
-    Element* v_slab = slab_at(stage, 1, warp);
-    Tensor sK = make_tensor(make_smem_ptr(k_slab), typename Traits::SmemLayoutSlab{});
-    Tensor sVt = make_tensor(make_smem_ptr(v_slab), typename Traits::SmemLayoutSlabT{});
-    Tensor sVtNoSwizzle = make_tensor(make_smem_ptr(v_slab), typename Traits::SmemLayoutSlabTNoSwizzle{});
-
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<Traits::kWarpKeys>>{});
     clear(acc_s);
-    Tensor tSrK = thr_mma.partition_fragment_B(sK);
-    gemm_rs(acc_s, tSrQ, tSrK, smem_thr_copy_k.partition_S(sK), tiled_mma, smem_copy_k, smem_thr_copy_k);
+    if constexpr (kFp8) {
+      fp8::scores(acc_s, slab_at(stage, 0, warp), q_fp8, lane);
+#pragma unroll
+      for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= q_unscale[(i / 2) % 2];  // C registers 2, 3: row g + 8
+    } else {
+      Tensor sK = make_tensor(make_smem_ptr(reinterpret_cast<Element*>(slab_at(stage, 0, warp))),
+                              typename Traits::SmemLayoutSlab{});
+      Tensor tSrK = thr_mma.partition_fragment_B(sK);
+      gemm_rs(acc_s, tSrQ, tSrK, smem_thr_copy_k.partition_S(sK), tiled_mma, smem_copy_k, smem_thr_copy_k);
+    }
 
     const int key0 = tile * kBlockN + warp * Traits::kWarpKeys;
     if (key0 + Traits::kWarpKeys - 1 > first_limited_key) {  // warp-uniform: only the last tiles
@@ -280,11 +305,18 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     }
 
     Tensor scores = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
-    softmax.update(scores, acc_o_rc, p.scale_softmax_log2);
-    Tensor rP = convert_to<Element>(acc_s);
-    Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
-    Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle);
-    gemm_rs(acc_o, tOrP, tOrVt, smem_thr_copy_v.partition_S(sVt), tiled_mma, smem_copy_v, smem_thr_copy_v);
+    softmax.update(scores, acc_o_rc, scale_softmax_log2);
+    if constexpr (kFp8) {
+      fp8::accumulate_pv(acc_o, acc_s, slab_at(stage, 1, warp), lane);
+    } else {
+      Element* v_slab = reinterpret_cast<Element*>(slab_at(stage, 1, warp));
+      Tensor sVt = make_tensor(make_smem_ptr(v_slab), typename Traits::SmemLayoutSlabT{});
+      Tensor sVtNoSwizzle = make_tensor(make_smem_ptr(v_slab), typename Traits::SmemLayoutSlabTNoSwizzle{});
+      Tensor rP = convert_to<Element>(acc_s);
+      Tensor tOrP = make_tensor(rP.data(), acc_as_a_operand(rP.layout()));
+      Tensor tOrVt = thr_mma.partition_fragment_B(sVtNoSwizzle);
+      gemm_rs(acc_o, tOrP, tOrVt, smem_thr_copy_v.partition_S(sVt), tiled_mma, smem_copy_v, smem_thr_copy_v);
+    }
 
     __syncwarp();  // every lane has read the stage: refill it with this warp's slab kStages tiles on
     if (refill) issue_slab(next, stage);
@@ -301,7 +333,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const bool poison_rows = __syncthreads_or(poisoned);
   if (bad_page_key >= 0) report_bad_page(p, bidb, bad_page_key, bad_page);
   float lse[kRows];
-  softmax.finalize(acc_o_rc, p.scale_softmax, lse);
+  softmax.finalize(acc_o_rc, scale_softmax, lse);
   constexpr int kLd = Traits::kWarpMergeLd;
   float* sO = reinterpret_cast<float*>(ring);      // [warp][row][kLd]
   float* sLse = reinterpret_cast<float*>(sQ_ptr);  // [warp][row]; Q is no longer needed
@@ -314,7 +346,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     const int row = get<0>(tOcO_rc(mi, 0));
 #pragma unroll
     for (int ni = 0; ni < size<1>(acc_o_rc); ++ni) {
-      sO[(warp * kBlockM + row) * kLd + get<1>(tOcO_rc(mi, ni))] = acc_o_rc(mi, ni);
+      const int col = get<1>(tOcO_rc(mi, ni));
+      sO[(warp * kBlockM + row) * kLd + (kFp8 ? fp8::o_column(col) : col)] = acc_o_rc(mi, ni);
     }
     if (get<1>(tOcO_rc(mi, 0)) == 0) sLse[warp * kBlockM + row] = lse[mi];
   }
@@ -332,7 +365,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     state.poison(poison_rows);
     const float inv = state.inv_sum();
 #pragma unroll
-    for (int w = 0; w < kNWarps; ++w) sWeight[w * kBlockM + tid] = wt[w] * inv;
+    for (int w = 0; w < kNWarps; ++w) sWeight[w * kBlockM + tid] = wt[w] * inv * v_scale;
     sRowLse[tid] = state.lse();
   }
   __syncthreads();

@@ -17,6 +17,9 @@ namespace decode {
 // 3; a deeper prologue delays the first tile), 5 or 6 stages on an H200 (session 28).
 template <int kHeadDim, typename Element>
 using DecodeTraits = FlashDecodeTraits<kHeadDim, kHeadDim == 128 ? 3 : 4, Element>;
+// An fp8 cache (head dim 128): 6 stages of 16 KB, the 16-bit ring's bytes in flight.
+template <typename Element>
+using DecodeTraitsFp8 = FlashDecodeTraits<fp8::kHeadDim, 6, Element, cutlass::float_e4m3_t>;
 
 template <typename Traits, bool kNewTokens>
 void launch_decode(const FlashDecodeParams& p, cudaStream_t stream) {
@@ -33,14 +36,23 @@ void launch_decode(const FlashDecodeParams& p, cudaStream_t stream) {
 
 }  // namespace decode
 
-template <typename Element, int kHeadDim>
-void run_flash_decode_(const FlashDecodeParams& p, cudaStream_t stream) {
-  using Traits = decode::DecodeTraits<kHeadDim, Element>;
+template <typename Traits>
+void launch_decode_calls(const FlashDecodeParams& p, cudaStream_t stream) {
   if (p.seqlen_new > 0) {
     decode::launch_decode<Traits, true>(p, stream);
   } else {
     decode::launch_decode<Traits, false>(p, stream);
   }
+}
+
+// The instantiation of one (dtype, head dim), with its fp8-cache kernels at head dim 128 (the op
+// checked that an fp8 cache comes with that head dim).
+template <typename Element, int kHeadDim>
+void run_flash_decode_(const FlashDecodeParams& p, cudaStream_t stream) {
+  if constexpr (kHeadDim == decode::fp8::kHeadDim) {
+    if (p.kv_fp8) return launch_decode_calls<decode::DecodeTraitsFp8<Element>>(p, stream);
+  }
+  launch_decode_calls<decode::DecodeTraits<kHeadDim, Element>>(p, stream);
 }
 
 }  // namespace cute_ops

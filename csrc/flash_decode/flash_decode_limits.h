@@ -7,5 +7,6 @@ namespace cute_ops {
 constexpr int kDecodeMaxSplits = 128;    // caps the float32 partials: num_splits x rows x head dim
 constexpr int kDecodeMaxNewTokens = 16;  // new tokens a sequence, attending causally among themselves
 constexpr int kDecodeMaxGroup = 16;      // query heads a kv head: new tokens x group fill 16-row tiles
+constexpr int kDecodeFp8HeadDim = 128;   // the head dim of an fp8 (e4m3) KV cache
 
 }  // namespace cute_ops

@@ -30,9 +30,10 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
                                                 const std::optional<at::Tensor>& rotary_cos,
                                                 const std::optional<at::Tensor>& rotary_sin,
                                                 std::optional<double> softmax_scale, bool causal,
-                                                int64_t num_splits) {
+                                                int64_t num_splits, const std::optional<at::Tensor>& k_scale,
+                                                const std::optional<at::Tensor>& v_scale) {
   check_flash_decode(q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, rotary_cos, rotary_sin,
-                     softmax_scale, num_splits);  // flash_decode_checks.cpp
+                     softmax_scale, num_splits, k_scale, v_scale);  // flash_decode_checks.cpp
   const int64_t b = q.size(0), sq = q.size(1), h = q.size(2), d = q.size(3), hk = k_cache.size(2);
   const c10::cuda::CUDAGuard guard(q.device());
   FlashDecodeParams p{};
@@ -59,6 +60,11 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
     max_seqlen = p.page_size;
   }
   p.k_cache = k_cache.data_ptr(), p.v_cache = v_cache.data_ptr();
+  if (k_scale) {
+    p.kv_fp8 = true;
+    p.k_scale = k_scale->data_ptr<float>(), p.v_scale = v_scale->data_ptr<float>();
+    p.kv_scale_stride = k_scale->numel() == 1 ? 0 : 1;
+  }
   p.k_page_stride = k_cache.stride(0), p.k_row_stride = k_cache.stride(1), p.k_head_stride = k_cache.stride(2);
   p.v_page_stride = v_cache.stride(0), p.v_row_stride = v_cache.stride(1), p.v_head_stride = v_cache.stride(2);
   p.cache_seqlens = cache_seqlens.data_ptr<int>();

@@ -9,15 +9,21 @@
 #include "common/cute/sm80_mma.h"
 #include "common/cute/sm80_smem.h"
 #include "flash_decode/flash_decode.h"
+#include "flash_decode/fp8_cache.h"
 #include "flash_decode/new_tokens.h"
 
 namespace cute_ops::decode {
 
 using namespace cute;
 
-template <int kHeadDim_, int kStages_, typename Element_>
+// Element: q's, the outputs' and k_new's dtype; CacheElement: the cache's, Element or e4m3
+// (fp8_cache.h: head dim 128 only).
+template <int kHeadDim_, int kStages_, typename Element_, typename CacheElement_ = Element_>
 struct FlashDecodeTraits {
   using Element = Element_;
+  using CacheElement = CacheElement_;
+  static constexpr bool kFp8 = sizeof(CacheElement) == 1;
+  static_assert(!kFp8 || kHeadDim_ == fp8::kHeadDim);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kDecodeBlockM;
   static constexpr int kBlockN = kDecodeBlockN;  // the host's split heuristic counts tiles of this size
@@ -40,6 +46,7 @@ struct FlashDecodeTraits {
   using SmemLayoutSlabTNoSwizzle = decltype(get_nonswizzle_portion(SmemLayoutSlabT{}));
   static constexpr int kSlabElems = kWarpKeys * kHeadDim;
   static_assert(kSlabElems % (8 * kBlockKSmem) == 0);
+  static constexpr int kSlabBytes = kSlabElems * static_cast<int>(sizeof(CacheElement));
 
   using SmemCopyAtom = sm80::LdsmAtom<Element>;
   using SmemCopyAtomTransposed = sm80::LdsmTransposedAtom<Element>;
@@ -47,7 +54,7 @@ struct FlashDecodeTraits {
   // Shared memory: Q, then kStages x (K tile, V tile), each tile kNWarps slabs. After the
   // mainloop the ring is reused for the warps' float32 partial outputs.
   static constexpr int kQElems = kBlockM * kHeadDim;
-  static constexpr int kRingElems = kStages * 2 * kNWarps * kSlabElems;
+  static constexpr int kRingBytes = kStages * 2 * kNWarps * kSlabBytes;
   // Row pitch (floats) of the warps' partial O in the merge: float4 aligned, rows 4 banks apart.
   static constexpr int kWarpMergeLd = kHeadDim + 4;
   static constexpr int kWarpMergeBytes = kNWarps * kBlockM * kWarpMergeLd * 4;
@@ -55,19 +62,31 @@ struct FlashDecodeTraits {
   // Then this step's new tokens (new_tokens.h), apart from the ring: they are staged before the
   // first tile and read at the tile that holds them.
   static constexpr int kNewTokensOffset = static_cast<int>(
-      kQElems * sizeof(Element) +
-      (kRingElems * sizeof(Element) > kWarpMergeBytes ? kRingElems * sizeof(Element) : kWarpMergeBytes));
+      kQElems * sizeof(Element) + (kRingBytes > kWarpMergeBytes ? kRingBytes : kWarpMergeBytes));
   static constexpr int kSmemBytes = kNewTokensOffset;  // a call without new tokens
-  static constexpr int kSmemBytesNewTokens = kNewTokensOffset + NewTokens<Element, kHeadDim, kNThreads>::kSmemBytes;
+  static constexpr int kSmemBytesNewTokens =
+      kNewTokensOffset + NewTokens<Element, kHeadDim, kNThreads, CacheElement>::kSmemBytes;
 
   static constexpr int kElemsPerChunk = 16 / sizeof(Element);
   static constexpr int kChunksPerRow = kHeadDim / kElemsPerChunk;
   static_assert(kNThreads % kChunksPerRow == 0);
   static constexpr int kRowsPerPass = kNThreads / kChunksPerRow;  // Q rows a CTA-wide copy covers
   static_assert(kBlockM % kRowsPerPass == 0);
-  static_assert(32 % kChunksPerRow == 0, "a warp-wide copy covers whole key rows");
-  static constexpr int kSlabRowsPerPass = 32 / kChunksPerRow;  // key rows a warp-wide copy covers
+  // The cache's rows, copied 16 bytes a lane.
+  static constexpr int kCacheElemsPerChunk = 16 / static_cast<int>(sizeof(CacheElement));
+  static constexpr int kCacheChunksPerRow = kHeadDim / kCacheElemsPerChunk;
+  static_assert(32 % kCacheChunksPerRow == 0, "a warp-wide copy covers whole key rows");
+  static constexpr int kSlabRowsPerPass = 32 / kCacheChunksPerRow;  // key rows a warp-wide copy covers
   static_assert(kWarpKeys % kSlabRowsPerPass == 0);
+
+  // Byte offset in a slab of the 16-byte chunk of row `row` that starts at element `col`.
+  static __device__ __forceinline__ int slab_offset(int row, int col) {
+    if constexpr (kFp8) {
+      return fp8::slab_offset(row, col / kCacheElemsPerChunk);
+    } else {
+      return SmemLayoutSlab{}(row, col) * static_cast<int>(sizeof(Element));
+    }
+  }
 };
 
 }  // namespace cute_ops::decode

@@ -19,13 +19,20 @@
 #include "flash_decode/cache_access.h"
 #include "flash_decode/flash_decode.h"
 #include "flash_decode/flash_decode_limits.h"
+#include "flash_decode/fp8_cache.h"
 
 namespace cute_ops::decode {
 
-template <typename Element, int kHeadDim, int kNThreads>
+// Element: k_new's dtype; CacheElement: the cache's (Element, or e4m3: the rows are quantized on
+// their way into the cache and the ring, so this call attends the values later calls will read).
+template <typename Element, int kHeadDim, int kNThreads, typename CacheElement = Element>
 struct NewTokens {
   static constexpr int kChunk = 16 / sizeof(Element);       // elements a 16-byte copy moves
   static constexpr int kRowChunks = kHeadDim / kChunk;       // chunks of one key (or value) row
+  static constexpr bool kFp8 = sizeof(CacheElement) == 1;
+  // Elements one 16-byte write into the cache (or a ring slab) holds, and such writes a row.
+  static constexpr int kOutChunk = 16 / sizeof(CacheElement);
+  static constexpr int kOutRowChunks = kHeadDim / kOutChunk;
   // Shared memory: [token][key, value][head dim] rows, then the tokens' pages.
   static constexpr int kRowsElems = kDecodeMaxNewTokens * 2 * kHeadDim;
   static constexpr int kSmemBytes = kRowsElems * static_cast<int>(sizeof(Element)) + kDecodeMaxNewTokens * 4;
@@ -136,34 +143,49 @@ struct NewTokens {
     }
   }
 
+  // 16 bytes of cache row: the staged row's elements [col, col + kOutChunk), quantized with
+  // inv_scale for an fp8 cache.
+  __device__ __forceinline__ uint4 cache_chunk(int token, int is_value, int col, float inv_scale) const {
+    if constexpr (kFp8) {
+      return fp8::quantize16(row(token, is_value) + col, inv_scale);
+    } else {
+      return *reinterpret_cast<const uint4*>(row(token, is_value) + col);
+    }
+  }
+
   // Writes the staged (rotated) rows into the cache at positions cached + i, skipping a token whose
-  // block-table entry is no page (the CTAs that attend it poison the sequence).
-  __device__ __forceinline__ void append(const FlashDecodeParams& p, int kv_head, int cached, int tid) const {
-    for (int u = tid; u < p.seqlen_new * 2 * kRowChunks; u += kNThreads) {
-      const int i = u / (2 * kRowChunks), is_value = (u / kRowChunks) % 2, col = (u % kRowChunks) * kChunk;
+  // block-table entry is no page (the CTAs that attend it poison the sequence). inv_scale: 1 /
+  // k_scale, 1 / v_scale (fp8 caches).
+  __device__ __forceinline__ void append(const FlashDecodeParams& p, int kv_head, int cached, int tid,
+                                         const float (&inv_scale)[2]) const {
+    for (int u = tid; u < p.seqlen_new * 2 * kOutRowChunks; u += kNThreads) {
+      const int i = u / (2 * kOutRowChunks), is_value = (u / kOutRowChunks) % 2;
+      const int col = (u % kOutRowChunks) * kOutChunk;
       const int page = pages[i];
       if (!page_ok(p, page)) continue;
       const int key = cached + i;
       const int row_in_page = p.block_table == nullptr ? key : key % p.page_size;
-      Element* dst = is_value ? static_cast<Element*>(p.v_cache) + page * p.v_page_stride +
-                                    row_in_page * p.v_row_stride + kv_head * p.v_head_stride
-                              : static_cast<Element*>(p.k_cache) + page * p.k_page_stride +
-                                    row_in_page * p.k_row_stride + kv_head * p.k_head_stride;
-      *reinterpret_cast<uint4*>(dst + col) = *reinterpret_cast<const uint4*>(row(i, is_value) + col);
+      CacheElement* dst = is_value ? static_cast<CacheElement*>(p.v_cache) + page * p.v_page_stride +
+                                         row_in_page * p.v_row_stride + kv_head * p.v_head_stride
+                                   : static_cast<CacheElement*>(p.k_cache) + page * p.k_page_stride +
+                                         row_in_page * p.k_row_stride + kv_head * p.k_head_stride;
+      *reinterpret_cast<uint4*>(dst + col) = cache_chunk(i, is_value, col, inv_scale[is_value]);
     }
   }
 
   // The rows of keys [first, last) (all new: first >= cached) into the ring's slabs of the tile
   // whose first key is tile_key0, over the zeros the cache copy left there. slab_base(w, is_value)
-  // is warp w's K (0) or V (1) slab of the tile's stage.
-  template <typename SlabLayout, int kWarpKeys, typename SlabBase>
+  // is warp w's K (0) or V (1) slab of the tile's stage (bytes), slab_offset(row, col) the byte
+  // offset there of the 16-byte chunk of slab row `row` that starts at element col.
+  template <int kWarpKeys, typename SlabBase, typename SlabOffset>
   __device__ __forceinline__ void put(int cached, int first, int last, int tile_key0, SlabBase slab_base,
-                                      int tid) const {
-    for (int u = tid; u < (last - first) * 2 * kRowChunks; u += kNThreads) {
-      const int key = first + u / (2 * kRowChunks), is_value = (u / kRowChunks) % 2, col = (u % kRowChunks) * kChunk;
+                                      SlabOffset slab_offset, int tid, const float (&inv_scale)[2]) const {
+    for (int u = tid; u < (last - first) * 2 * kOutRowChunks; u += kNThreads) {
+      const int key = first + u / (2 * kOutRowChunks), is_value = (u / kOutRowChunks) % 2;
+      const int col = (u % kOutRowChunks) * kOutChunk;
       const int r = key - tile_key0;
-      Element* dst = slab_base(r / kWarpKeys, is_value) + SlabLayout{}(r % kWarpKeys, col);
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(row(key - cached, is_value) + col);
+      char* dst = slab_base(r / kWarpKeys, is_value) + slab_offset(r % kWarpKeys, col);
+      *reinterpret_cast<uint4*>(dst) = cache_chunk(key - cached, is_value, col, inv_scale[is_value]);
     }
   }
 };

@@ -27,7 +27,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--match", default=",".join(DEFAULT_MATCH), help="comma list of substrings of case ids")
     ap.add_argument("--splits", default="1,2,3,4,6,8,12,16,24,33,48,66",
-                    help="comma list of forced split counts (each case keeps those that give 16..1056 CTAs)")
+                    help="comma list of forced split counts (each case keeps those that give 16 CTAs to "
+                         "--max-waves waves of one CTA an SM)")
+    ap.add_argument("--max-waves", type=int, default=8, help="the most CTAs a forced count may give, in SMs")
     args = ap.parse_args()
 
     import cute_ops
@@ -49,7 +51,7 @@ def main() -> None:
         if match and not any(s in case.id for s in match):
             continue
         ctas = case.shape["B"] * case.shape["Hkv"]
-        splits = [s for s in map(int, args.splits.split(",")) if 16 <= ctas * s <= 8 * sms
+        splits = [s for s in map(int, args.splits.split(",")) if 16 <= ctas * s <= args.max_waves * sms
                   and s <= max(1, case.shape["L"] // 128)]
         setup = case.setup
 
