@@ -6,7 +6,9 @@ back-to-back calls of one step, each a CUDA graph replay (ours: Generator.decode
 baseline: its cudagraph tree). Bytes of a decode step = the weights plus the K/V rows it reads;
 their read at the read ceiling is the step's floor (frac_of_floor). `hf_eager` is transformers'
 LlamaForCausalLM on the same weights, eager attention, run eagerly (its decode over a StaticCache
-held at position ctx), where its cache fits beside the other two."""
+held at position ctx), where its cache fits beside the other two. `ours_fp8_cache` (a variant, not
+a baseline) is our decode step over an fp8 KV cache (PagedKVCache(dtype=torch.float8_e4m3fn), scales
+1.0), where it fits too."""
 from __future__ import annotations
 
 import functools
@@ -72,14 +74,18 @@ def _hf_decode_step(model, batch: int, ctx: int):
     return step
 
 
-def decode_runner(model: Llama, batch: int, ctx: int) -> Generator:
+def decode_runner(model: Llama, batch: int, ctx: int, kv_dtype: torch.dtype = torch.bfloat16) -> Generator:
     """A Generator whose static buffers hold `batch` sequences at position ctx over a cache of
     random contents (the model's kv heads: its rank's, under tensor parallelism): each
     decode_step(batch) is then the step of the token at position ctx of each sequence."""
     cache = PagedKVCache.for_tokens(model.config, batch * (ctx + PAGE_SIZE), PAGE_SIZE, max_seq_len=ctx + PAGE_SIZE,
-                                    tp=model.tp)
-    cache.k.normal_()
-    cache.v.normal_()
+                                    tp=model.tp, dtype=kv_dtype)
+    if cache.fp8:  # random bytes of finite e4m3 values, |x| < 32 (0x60: exponent field 12)
+        cache.k.view(torch.uint8).random_(0, 0x60)
+        cache.v.view(torch.uint8).random_(0, 0x60)
+    else:
+        cache.k.normal_()
+        cache.v.normal_()
     runner = Generator(model, cache, max_batch=batch)
     running = []
     for s in range(batch):
@@ -102,12 +108,17 @@ def _decode_case(batch: int, ctx: int) -> Case:
         idx = torch.ones(batch, 1, dtype=torch.int64, device="cuda")
         pos = torch.tensor([ctx], device="cuda")
         impls = {"ours": lambda: runner.decode_step(batch), "gptfast_compile": lambda: step(idx, pos)}
+        if with_fp8:
+            runner8 = decode_runner(model, batch, ctx, torch.float8_e4m3fn)
+            impls["ours_fp8_cache"] = lambda: runner8.decode_step(batch)
         if with_hf:
             impls["hf_eager"] = _hf_decode_step(hf_eager_llama(model, base), batch, ctx)
         return impls
 
     with_hf = _fits(batch, ctx, caches=3)
-    impls = ("ours", "gptfast_compile") + (("hf_eager",) if with_hf else ())
+    with_fp8 = _fits(batch, ctx, caches=3.5 if with_hf else 2.5)
+    impls = (("ours", "gptfast_compile") + (("ours_fp8_cache",) if with_fp8 else ())
+             + (("hf_eager",) if with_hf else ()))
     return Case(op="llama_decode", family="llama_decode", shape={"model": MODEL, "B": batch, "ctx": ctx},
                 dtype=torch.bfloat16, setup=setup, bytes=weights + _kv_bytes(batch, ctx),
                 impls=impls, eager=impls, read_dominated=True, floor_metric=True, calls=STEP_CALLS)

@@ -85,6 +85,24 @@ def flash_decode_cases():
             bad_table[1, 0] = 10_000
             cute_ops.flash_decode(q, kc, vc, good, new, new.clone(), bad_table, num_splits=2)
             assert cute_ops.read_errors() is not None
+    # An fp8 cache (head dim 128, 32-key warp slabs): a page of 16 splits a slab.
+    for page in (None, 16):
+        cap, b, hk, d = 70, 3, 2, 128
+        if page is None:
+            kc, vc, table = rand(b, cap, hk, d), rand(b, cap, hk, d), None
+        else:
+            pages = b * 5 + 1
+            kc, vc = rand(pages, page, hk, d), rand(pages, page, hk, d)
+            table = torch.randperm(pages, device=DEV)[: b * 5].view(b, 5).int()
+        ks, vs = cute_ops.kv_scale(kc), cute_ops.kv_scale(vc)
+        kc, vc = cute_ops.quantize_kv(kc, ks), cute_ops.quantize_kv(vc, vs)
+        q, new = rand(b, 3, 8, d), rand(b, 3, hk, d)
+        cos_sin = cute_ops.rope_cos_sin_cache(d, 80, device=DEV)
+        good = torch.tensor([0, 17, 66], dtype=torch.int32, device=DEV)
+        for splits in (0, 1, 5):
+            cute_ops.flash_decode(q, kc, vc, good, new, new.clone(), table, cos_sin[:, :64], cos_sin[:, 64:],
+                                  num_splits=splits, k_scale=ks, v_scale=vs)
+            cute_ops.flash_decode(q, kc, vc, good, block_table=table, num_splits=splits, k_scale=ks, v_scale=vs)
 
 
 def gemm_pair_cases():

@@ -307,6 +307,77 @@ def test_graph_decode_equals_eager_decode():
     assert graphs == eager and all(len(o) == 20 for o in graphs)
 
 
+def _fp8_model():
+    return Llama.random(_tiny(num_heads=4, num_kv_heads=2, head_dim=128), dtype=torch.bfloat16, seed=0)
+
+
+def _relative_error(got, expected):
+    return ((got.double() - expected.double()).norm() / expected.double().norm()).item()
+
+
+@pytest.mark.gpu
+def test_fp8_cache_stores_quantized_rows_and_decodes_close():
+    # The prefill attends the prompt's own K and V (the logits equal the bf16 cache's) and stores
+    # them quantized, byte for byte as quantize_kv does; decode steps over the fp8 cache stay within
+    # its quantization error of the bf16 cache's logits, and a wrong v_scale does not.
+    model = _fp8_model()
+    cfg = model.config
+    lengths, steps = [37, 100, 1], 6
+    seqs = [torch.randint(0, cfg.vocab_size, (n + steps,)) for n in lengths]
+    tokens = torch.cat([s[:n] for s, n in zip(seqs, lengths)]).cuda()
+    cu = torch.tensor([0] + lengths).cumsum(0).to(torch.int32).cuda()
+    positions = torch.cat([torch.arange(n) for n in lengths]).cuda()
+    logits, caches = {}, {}
+    for name, dtype in (("bf16", torch.bfloat16), ("fp8", torch.float8_e4m3fn), ("planted", torch.float8_e4m3fn)):
+        cache = PagedKVCache.for_tokens(cfg, 1024, page_size=32, dtype=dtype,
+                                        **(dict(v_scale=1.5) if name == "planted" else {}))
+        for i, n in enumerate(lengths):
+            cache.allocator.allocate(i, n + steps)
+        slots = cache.slots(list(range(len(lengths))), lengths).cuda()
+        logits[name] = [model.prefill(tokens, cu, max(lengths), positions, slots, cache)]
+        seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+        table = cache.block_table_rows(list(range(len(lengths)))).cuda()
+        for t in range(steps):
+            step_tokens = torch.stack([s[n + t] for s, n in zip(seqs, lengths)]).cuda()
+            logits[name].append(model.decode(step_tokens, seqlens, table, cache))
+            seqlens += 1
+        caches[name] = (cache, slots)
+    torch.testing.assert_close(logits["fp8"][0], logits["bf16"][0], atol=0, rtol=0)
+    (c16, slots), (c8, _) = caches["bf16"], caches["fp8"]
+    for layer in range(cfg.num_layers):
+        for pages8, pages16, scale in ((c8.k, c16.k, c8.k_scale), (c8.v, c16.v, c8.v_scale)):
+            rows8 = pages8[layer].view(-1, cfg.num_kv_heads, 128)[slots.cpu()]
+            rows16 = pages16[layer].view(-1, cfg.num_kv_heads, 128)[slots.cpu()]
+            assert torch.equal(rows8.view(torch.uint8), cute_ops.quantize_kv(rows16, scale[layer]).view(torch.uint8))
+    errors = [_relative_error(a, b) for a, b in zip(logits["fp8"][1:], logits["bf16"][1:])]
+    planted = [_relative_error(a, b) for a, b in zip(logits["planted"][1:], logits["bf16"][1:])]
+    print(f"fp8 cache: decode logits' relative error {max(errors):.4f}; with v_scale 1.5 {min(planted):.4f}")
+    assert max(errors) < 0.02
+    assert min(planted) > 0.02  # the bound is tight enough to fail a wrong scale
+
+
+@pytest.mark.gpu
+def test_fp8_cache_generation_graphs_equal_eager():
+    model = _fp8_model()
+    prompts = [torch.randint(0, 1000, (n,)).tolist() for n in (9, 40, 3)]
+    cache = PagedKVCache.for_tokens(model.config, 3 * 100, page_size=16, max_seq_len=100,
+                                    dtype=torch.float8_e4m3fn)
+    graphs = Generator(model, cache, max_batch=4, cuda_graphs=True).generate(prompts, 20, stop_tokens=())
+    eager = Generator(model, cache, max_batch=4, cuda_graphs=False).generate(prompts, 20, stop_tokens=())
+    assert graphs == eager and all(len(o) == 20 for o in graphs)
+
+
+def test_fp8_cache_rules():
+    with pytest.raises(ValueError, match="fp8 cache needs head_dim 128"):
+        PagedKVCache(_tiny(), 4, 16, device="meta", dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="go with an fp8 cache"):
+        PagedKVCache(_tiny(), 4, 16, device="meta", k_scale=0.5)
+    cfg = _tiny(num_heads=4, num_kv_heads=2, head_dim=128)
+    cache = PagedKVCache(cfg, 4, 16, device="cpu", dtype=torch.float8_e4m3fn, k_scale=torch.tensor([0.5, 2.0]))
+    assert cache.k_scale.shape == (cfg.num_layers, 2) and cache.k_scale[1, 1] == 2.0 and cache.v_scale.eq(1).all()
+    assert cache.bytes == 2 * cache.k.numel()
+
+
 @pytest.mark.gpu
 def test_stop_tokens_and_continuous_batching():
     model = _random_model()

@@ -47,7 +47,12 @@ int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int max
   // (flash_decode_kernel.h, locate_slab), one did as well or better for contiguous and paged
   // caches alike (same-session A/B over the benchmark grid: B = 16 x 8k paged 127.8 -> 124.5 us,
   // B = 1 x 128k paged 129.7 -> 126.7, cuDNN 122.3 and 126.7).
-  return fill_slots(ctas, num_sms, max_splits);
+  // An fp8 cache: two CTAs an SM. Its tiles take about three times the instructions a byte of a
+  // 16-bit cache's (fp8_cache.h), and one warp a scheduler cannot hide their latencies: at one CTA
+  // an SM it read 2.7-2.9 TB/s, at two 3.6-3.9 (H200, session 30, forced split counts). Registers
+  // (255 a thread) allow no third.
+  const int ctas_per_sm = p.kv_fp8 ? 2 : 1;
+  return fill_slots(ctas, static_cast<long long>(num_sms) * ctas_per_sm, max_splits);
 }
 
 void run_flash_decode(const FlashDecodeParams& p, cudaStream_t stream) {

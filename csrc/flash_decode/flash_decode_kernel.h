@@ -151,19 +151,27 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const int slab_row = lane / Traits::kCacheChunksPerRow;
   const CacheElement* k_head = static_cast<const CacheElement*>(p.k_cache) + bidh_k * p.k_head_stride + slab_col;
   const CacheElement* v_head = static_cast<const CacheElement*>(p.v_cache) + bidh_k * p.v_head_stride + slab_col;
+  // A slab's keys in groups of 16, one lookup a group: a page (a multiple of 16 keys) never splits
+  // a group, but may split a 32-key slab (fp8 caches).
+  constexpr int kGroups = Traits::kWarpKeys / 16;
   struct SlabSource {
-    int key0, page0, row0;
-    bool whole;  // all kWarpKeys keys cached, on a page the cache has: the plain copy
-    const CacheElement* k;  // this lane's first row: (page0, row0 + slab_row)
-    const CacheElement* v;
+    int key0;
+    int page[kGroups], row[kGroups];
+    bool whole;  // all kWarpKeys keys cached, on pages the cache has: the plain copy
+    const CacheElement* k[kGroups];  // this lane's first row of each group: (page, row + slab_row)
+    const CacheElement* v[kGroups];
   };
   auto locate_slab = [&](int tile) {
     SlabSource src;
     src.key0 = tile * kBlockN + warp * Traits::kWarpKeys;
-    pages.locate(p, bidb, src.key0, lane, src.page0, src.row0);
-    src.whole = src.key0 + Traits::kWarpKeys <= cached && page_ok(p, src.page0);
-    src.k = k_head + src.page0 * p.k_page_stride + (src.row0 + slab_row) * p.k_row_stride;
-    src.v = v_head + src.page0 * p.v_page_stride + (src.row0 + slab_row) * p.v_row_stride;
+    src.whole = src.key0 + Traits::kWarpKeys <= cached;
+#pragma unroll
+    for (int gi = 0; gi < kGroups; ++gi) {
+      pages.locate(p, bidb, src.key0 + 16 * gi, lane, src.page[gi], src.row[gi]);
+      src.whole = src.whole && page_ok(p, src.page[gi]);
+      src.k[gi] = k_head + src.page[gi] * p.k_page_stride + (src.row[gi] + slab_row) * p.k_row_stride;
+      src.v[gi] = v_head + src.page[gi] * p.v_page_stride + (src.row[gi] + slab_row) * p.v_row_stride;
+    }
     return src;
   };
   auto issue_slab = [&](const SlabSource& src, int stage) {
@@ -173,22 +181,22 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
 #pragma unroll
       for (int r0 = 0; r0 < Traits::kWarpKeys; r0 += Traits::kSlabRowsPerPass) {
         const int in_slab = Traits::slab_offset(r0 + slab_row, slab_col);
-        cp_async_16(k_dst + in_slab, src.k + r0 * p.k_row_stride, true);
-        cp_async_16(v_dst + in_slab, src.v + r0 * p.v_row_stride, true);
+        cp_async_16(k_dst + in_slab, src.k[r0 / 16] + (r0 % 16) * p.k_row_stride, true);
+        cp_async_16(v_dst + in_slab, src.v[r0 / 16] + (r0 % 16) * p.v_row_stride, true);
       }
       return;
     }
     // The sequence's last keys (zero-filled past `cached`), or a page the cache does not have
     // (poisons the sequence; page 0 is read instead).
-    const bool page_valid = page_ok(p, src.page0);
 #pragma unroll
     for (int r0 = 0; r0 < Traits::kWarpKeys; r0 += Traits::kSlabRowsPerPass) {
+      const int gi = r0 / 16;  // a pass's rows are in one group
       const int r = r0 + slab_row;
       const int key = src.key0 + r;
       const bool valid = key < cached;  // new keys: zeros here, written by NewTokens::put
-      int page = valid ? src.page0 : 0;
-      const int row = valid ? src.row0 + r : 0;
-      if (valid && !page_valid) {
+      int page = valid ? src.page[gi] : 0;
+      const int row = valid ? src.row[gi] + r - 16 * gi : 0;
+      if (valid && !page_ok(p, page)) {
         poisoned = true, bad_page_key = key, bad_page = page;
         page = 0;
       }
@@ -283,7 +291,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     Tensor acc_s = partition_fragment_C(tiled_mma, Shape<Int<kBlockM>, Int<Traits::kWarpKeys>>{});
     clear(acc_s);
     if constexpr (kFp8) {
-      fp8::scores(acc_s, slab_at(stage, 0, warp), q_fp8, lane);
+      fp8::scores<Traits::kWarpKeys>(acc_s, slab_at(stage, 0, warp), q_fp8, lane);
 #pragma unroll
       for (int i = 0; i < size(acc_s); ++i) acc_s(i) *= q_unscale[(i / 2) % 2];  // C registers 2, 3: row g + 8
     } else {
@@ -307,7 +315,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     Tensor scores = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
     softmax.update(scores, acc_o_rc, scale_softmax_log2);
     if constexpr (kFp8) {
-      fp8::accumulate_pv(acc_o, acc_s, slab_at(stage, 1, warp), lane);
+      fp8::accumulate_pv<Traits::kWarpKeys>(acc_o, acc_s, slab_at(stage, 1, warp), lane);
     } else {
       Element* v_slab = reinterpret_cast<Element*>(slab_at(stage, 1, warp));
       Tensor sVt = make_tensor(make_smem_ptr(v_slab), typename Traits::SmemLayoutSlabT{});

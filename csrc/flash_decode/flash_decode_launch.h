@@ -17,9 +17,9 @@ namespace decode {
 // 3; a deeper prologue delays the first tile), 5 or 6 stages on an H200 (session 28).
 template <int kHeadDim, typename Element>
 using DecodeTraits = FlashDecodeTraits<kHeadDim, kHeadDim == 128 ? 3 : 4, Element>;
-// An fp8 cache (head dim 128): 6 stages of 16 KB, the 16-bit ring's bytes in flight.
+// An fp8 cache (head dim 128): 3 stages of 32 KB (tiles of 128 keys), the 16-bit ring's bytes.
 template <typename Element>
-using DecodeTraitsFp8 = FlashDecodeTraits<fp8::kHeadDim, 6, Element, cutlass::float_e4m3_t>;
+using DecodeTraitsFp8 = FlashDecodeTraits<fp8::kHeadDim, 3, Element, cutlass::float_e4m3_t>;
 
 template <typename Traits, bool kNewTokens>
 void launch_decode(const FlashDecodeParams& p, cudaStream_t stream) {

@@ -35,7 +35,7 @@ namespace cute_ops::decode::fp8 {
 constexpr int kHeadDim = 128;  // the one head dim with an fp8 path (flash_decode_limits.h says so to users)
 constexpr int kChunks = kHeadDim / 16;  // 16-byte chunks of one key row
 
-// Byte offset of 16-byte chunk `chunk` of slab row `row` ([16 keys][128 bytes]). Chunk c of row r
+// Byte offset of 16-byte chunk `chunk` of slab row `row` ([keys][128 bytes]). Chunk c of row r
 // sits at chunk c ^ (r % 8): the K loads (one key's chunks 2t, 2t+1 a lane, keys g and g + 1 in one
 // phase) and the V loads (chunk g of keys 2t, one phase: keys 0, 2, 4, 6) then hit 32 banks a phase.
 __device__ __forceinline__ int slab_offset(int row, int chunk) { return row * kHeadDim + ((chunk ^ (row & 7)) << 4); }
@@ -117,13 +117,13 @@ __device__ __forceinline__ void load_q(const SQ& sQ, int lane, float sign, uint3
   }
 }
 
-// S (16 rows x 16 keys, two n8 blocks: acc_s elements 4j .. 4j + 3 are block j's C registers) +=
+// S (16 rows x kKeys keys, n8 blocks j: acc_s elements 4j .. 4j + 3 are block j's C registers) +=
 // Q K^T over this warp's K slab.
-template <typename AccS>
+template <int kKeys, typename AccS>
 __device__ __forceinline__ void scores(AccS& acc_s, const char* k_slab, const uint32_t (&q)[kChunks][4], int lane) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
+  for (int j = 0; j < kKeys / 8; ++j) {
     const int key = 8 * j + g;
     const uint4 lo = *reinterpret_cast<const uint4*>(k_slab + slab_offset(key, 2 * t));
     const uint4 hi = *reinterpret_cast<const uint4*>(k_slab + slab_offset(key, 2 * t + 1));
@@ -138,17 +138,18 @@ __device__ __forceinline__ void scores(AccS& acc_s, const char* k_slab, const ui
   }
 }
 
-// O (16 rows x 128 columns in the permuted order, 16 n8 blocks: acc_o elements 4nb .. 4nb + 3) +=
-// P V over this warp's V slab; P is acc_s (already exponentiated), rounded to half.
+// One k16 step of accumulate_pv: keys [key0, key0 + 16) of the slab, P from acc_s elements
+// [s0, s0 + 8) (two n8 blocks of S).
 template <typename AccO, typename AccS>
-__device__ __forceinline__ void accumulate_pv(AccO& acc_o, const AccS& acc_s, const char* v_slab, int lane) {
+__device__ __forceinline__ void accumulate_pv16(AccO& acc_o, const AccS& acc_s, int s0, const char* v_slab, int key0,
+                                                int lane) {
   const int g = lane / 4, t = lane % 4;
-  const uint32_t a0 = pack_half2(acc_s(0), acc_s(1)), a1 = pack_half2(acc_s(2), acc_s(3));
-  const uint32_t a2 = pack_half2(acc_s(4), acc_s(5)), a3 = pack_half2(acc_s(6), acc_s(7));
-  const uint4 v0 = *reinterpret_cast<const uint4*>(v_slab + slab_offset(2 * t, g));
-  const uint4 v1 = *reinterpret_cast<const uint4*>(v_slab + slab_offset(2 * t + 1, g));
-  const uint4 v2 = *reinterpret_cast<const uint4*>(v_slab + slab_offset(2 * t + 8, g));
-  const uint4 v3 = *reinterpret_cast<const uint4*>(v_slab + slab_offset(2 * t + 9, g));
+  const uint32_t a0 = pack_half2(acc_s(s0), acc_s(s0 + 1)), a1 = pack_half2(acc_s(s0 + 2), acc_s(s0 + 3));
+  const uint32_t a2 = pack_half2(acc_s(s0 + 4), acc_s(s0 + 5)), a3 = pack_half2(acc_s(s0 + 6), acc_s(s0 + 7));
+  const uint4 v0 = *reinterpret_cast<const uint4*>(v_slab + slab_offset(key0 + 2 * t, g));
+  const uint4 v1 = *reinterpret_cast<const uint4*>(v_slab + slab_offset(key0 + 2 * t + 1, g));
+  const uint4 v2 = *reinterpret_cast<const uint4*>(v_slab + slab_offset(key0 + 2 * t + 8, g));
+  const uint4 v3 = *reinterpret_cast<const uint4*>(v_slab + slab_offset(key0 + 2 * t + 9, g));
   const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
   const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
 #pragma unroll
@@ -169,6 +170,15 @@ __device__ __forceinline__ void accumulate_pv(AccO& acc_o, const AccS& acc_s, co
       }
     }
   }
+}
+
+// O (16 rows x 128 columns in the permuted order, 16 n8 blocks: acc_o elements 4nb .. 4nb + 3) +=
+// P V over this warp's V slab of kKeys keys, one k16 step at a time; P is acc_s (already
+// exponentiated), rounded to half.
+template <int kKeys, typename AccO, typename AccS>
+__device__ __forceinline__ void accumulate_pv(AccO& acc_o, const AccS& acc_s, const char* v_slab, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) accumulate_pv16(acc_o, acc_s, 8 * kk, v_slab, 16 * kk, lane);
 }
 
 // The head dim of O's column `col` (as the MMA's n index: block col / 8, column col % 8).

@@ -26,9 +26,14 @@ struct FlashDecodeTraits {
   static_assert(!kFp8 || kHeadDim_ == fp8::kHeadDim);
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kDecodeBlockM;
-  static constexpr int kBlockN = kDecodeBlockN;  // the host's split heuristic counts tiles of this size
-  static constexpr int kWarpKeys = 16;
-  static constexpr int kNWarps = kBlockN / kWarpKeys;
+  // A warp's keys a tile: 16, or 32 over an fp8 cache, whose slab of 16 keys is half the bytes and
+  // twice the instructions a byte (fp8_cache.h): 32 spread the per-tile work (the wait, the
+  // softmax's shuffles and rescale) over the 16-bit slab's bytes.
+  static constexpr int kWarpKeys = kFp8 ? 32 : 16;
+  static constexpr int kNWarps = 4;
+  static constexpr int kBlockN = kNWarps * kWarpKeys;
+  // The host's split heuristic counts tiles of kDecodeBlockN keys.
+  static_assert(kFp8 || kBlockN == kDecodeBlockN);
   static constexpr int kNThreads = kNWarps * 32;
   static constexpr int kStages = kStages_;
 
@@ -77,7 +82,7 @@ struct FlashDecodeTraits {
   static constexpr int kCacheChunksPerRow = kHeadDim / kCacheElemsPerChunk;
   static_assert(32 % kCacheChunksPerRow == 0, "a warp-wide copy covers whole key rows");
   static constexpr int kSlabRowsPerPass = 32 / kCacheChunksPerRow;  // key rows a warp-wide copy covers
-  static_assert(kWarpKeys % kSlabRowsPerPass == 0);
+  static_assert(16 % kSlabRowsPerPass == 0, "a pass's rows are in one 16-key group");
 
   // Byte offset in a slab of the 16-byte chunk of row `row` that starts at element `col`.
   static __device__ __forceinline__ int slab_offset(int row, int col) {

@@ -86,6 +86,8 @@ def main(argv=None) -> None:
     ap.add_argument("--top-p", type=float, default=1.0)
     ap.add_argument("--page-size", type=int, default=64)
     ap.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
+    ap.add_argument("--kv-cache", choices=("model", "fp8"), default="model",
+                    help="the KV cache's dtype: the model's, or float8_e4m3fn (head_dim 128; scales 1.0)")
     ap.add_argument("--no-graphs", action="store_true", help="decode eagerly instead of replaying CUDA graphs")
     ap.add_argument("--tp", type=int, default=1,
                     help="tensor parallelism over this many GPUs (launch with torchrun --nproc-per-node N)")
@@ -119,7 +121,8 @@ def main(argv=None) -> None:
         prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt_len), generator=gen).tolist()
     longest = max(len(p) for p in prompts) + args.new_tokens
     cache = PagedKVCache.for_tokens(cfg, len(prompts) * (longest + args.page_size), args.page_size,
-                                    max_seq_len=longest, dtype=dtype, tp=tp)
+                                    max_seq_len=longest, dtype=torch.float8_e4m3fn if args.kv_cache == "fp8" else dtype,
+                                    tp=tp)
     runner = Generator(model, cache, max_batch=len(prompts), cuda_graphs=not args.no_graphs)
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, seed=0)
     stop = None if tokenizer else ()  # random weights: run every step

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ...decode import flash_decode
+from ...decode import flash_decode, quantize_kv
 from ...flash import flash_fwd_varlen
 from ...gemm_pair import GATE_BLOCK, fused_mlp
 from ...gemv import MAX_ROWS as GEMV_MAX_ROWS, gemv
@@ -198,8 +198,12 @@ class Llama(torch.nn.Module):
             rotary_embedding(q, k, positions, self.cos_sin)
             k_pages = cache.k[i].view(-1, *k.shape[1:])
             v_pages = cache.v[i].view(-1, *v.shape[1:])
-            k_pages.index_copy_(0, slots, k)
-            v_pages.index_copy_(0, slots, v)
+            if cache.fp8:  # stored quantized, as flash_decode's append does; copied as bytes
+                k_pages.view(torch.uint8).index_copy_(0, slots, quantize_kv(k, cache.k_scale[i]).view(torch.uint8))
+                v_pages.view(torch.uint8).index_copy_(0, slots, quantize_kv(v, cache.v_scale[i]).view(torch.uint8))
+            else:
+                k_pages.index_copy_(0, slots, k)
+                v_pages.index_copy_(0, slots, v)
             return flash_fwd_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True)[0]
 
         h = self._layers(F.embedding(tokens, self.embed), attention)
@@ -217,8 +221,9 @@ class Llama(torch.nn.Module):
         b = tokens.shape[0]
 
         def attention(i, q, k, v):
+            scales = dict(k_scale=cache.k_scale[i], v_scale=cache.v_scale[i]) if cache.fp8 else {}
             out, _ = flash_decode(q.unsqueeze(1), cache.k[i], cache.v[i], cache_seqlens, k.unsqueeze(1),
-                                  v.unsqueeze(1), block_table, self.rope_cos, self.rope_sin)
+                                  v.unsqueeze(1), block_table, self.rope_cos, self.rope_sin, **scales)
             return out.view(b, *q.shape[1:])
 
         x = F.embedding(tokens, self.embed)
