@@ -318,8 +318,9 @@ def _relative_error(got, expected):
 @pytest.mark.gpu
 def test_fp8_cache_stores_quantized_rows_and_decodes_close():
     # The prefill attends the prompt's own K and V (the logits equal the bf16 cache's) and stores
-    # them quantized, byte for byte as quantize_kv does; decode steps over the fp8 cache stay within
-    # its quantization error of the bf16 cache's logits, and a wrong v_scale does not.
+    # them quantized, byte for byte as quantize_kv does. Decode steps over the fp8 cache stay near
+    # the bf16 cache's logits (e4m3 keeps 3 mantissa bits: a few percent on this random model), and
+    # a bug, values dequantized with a scale 1.5x the one they were stored with, lands much farther.
     model = _fp8_model()
     cfg = model.config
     lengths, steps = [37, 100, 1], 6
@@ -329,12 +330,13 @@ def test_fp8_cache_stores_quantized_rows_and_decodes_close():
     positions = torch.cat([torch.arange(n) for n in lengths]).cuda()
     logits, caches = {}, {}
     for name, dtype in (("bf16", torch.bfloat16), ("fp8", torch.float8_e4m3fn), ("planted", torch.float8_e4m3fn)):
-        cache = PagedKVCache.for_tokens(cfg, 1024, page_size=32, dtype=dtype,
-                                        **(dict(v_scale=1.5) if name == "planted" else {}))
+        cache = PagedKVCache.for_tokens(cfg, 1024, page_size=32, dtype=dtype)
         for i, n in enumerate(lengths):
             cache.allocator.allocate(i, n + steps)
         slots = cache.slots(list(range(len(lengths))), lengths).cuda()
         logits[name] = [model.prefill(tokens, cu, max(lengths), positions, slots, cache)]
+        if name == "planted":
+            cache.v_scale.mul_(1.5)
         seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
         table = cache.block_table_rows(list(range(len(lengths)))).cuda()
         for t in range(steps):
@@ -351,9 +353,9 @@ def test_fp8_cache_stores_quantized_rows_and_decodes_close():
             assert torch.equal(rows8.view(torch.uint8), cute_ops.quantize_kv(rows16, scale[layer]).view(torch.uint8))
     errors = [_relative_error(a, b) for a, b in zip(logits["fp8"][1:], logits["bf16"][1:])]
     planted = [_relative_error(a, b) for a, b in zip(logits["planted"][1:], logits["bf16"][1:])]
-    print(f"fp8 cache: decode logits' relative error {max(errors):.4f}; with v_scale 1.5 {min(planted):.4f}")
-    assert max(errors) < 0.02
-    assert min(planted) > 0.02  # the bound is tight enough to fail a wrong scale
+    print(f"fp8 cache: decode logits' relative error {max(errors):.4f}; planted bug {min(planted):.4f}")
+    assert max(errors) < 0.1
+    assert min(planted) > 3 * max(errors)
 
 
 @pytest.mark.gpu
