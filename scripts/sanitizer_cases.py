@@ -58,15 +58,19 @@ def flash_fwd_cases():
     assert cute_ops.read_errors() is not None
 
 
+def decode_cache(b, hk, d, page):
+    """(k_cache, v_cache, block_table) of 70 keys a sequence: contiguous (page None) or in shuffled pages."""
+    if page is None:
+        return rand(b, 70, hk, d), rand(b, 70, hk, d), None
+    pages = b * 5 + 1
+    table = torch.randperm(pages, device=DEV)[: b * 5].view(b, 5).int()
+    return rand(pages, page, hk, d), rand(pages, page, hk, d), table
+
+
 def flash_decode_cases():
     for page in (None, 16):
-        cap, b, hk, d = 70, 3, 2, 64
-        if page is None:
-            kc, vc, table = rand(b, cap, hk, d), rand(b, cap, hk, d), None
-        else:
-            pages = b * 5 + 1
-            kc, vc = rand(pages, page, hk, d), rand(pages, page, hk, d)
-            table = torch.randperm(pages, device=DEV)[: b * 5].view(b, 5).int()
+        b, hk, d = 3, 2, 64
+        kc, vc, table = decode_cache(b, hk, d, page)
         q, new = rand(b, 3, 8, d), rand(b, 3, hk, d)
         cos_sin = cute_ops.rope_cos_sin_cache(d, 60, device=DEV)
         good = torch.tensor([0, 17, 66], dtype=torch.int32, device=DEV)
@@ -87,13 +91,8 @@ def flash_decode_cases():
             assert cute_ops.read_errors() is not None
     # An fp8 cache (head dim 128, 32-key warp slabs): a page of 16 splits a slab.
     for page in (None, 16):
-        cap, b, hk, d = 70, 3, 2, 128
-        if page is None:
-            kc, vc, table = rand(b, cap, hk, d), rand(b, cap, hk, d), None
-        else:
-            pages = b * 5 + 1
-            kc, vc = rand(pages, page, hk, d), rand(pages, page, hk, d)
-            table = torch.randperm(pages, device=DEV)[: b * 5].view(b, 5).int()
+        b, hk, d = 3, 2, 128
+        kc, vc, table = decode_cache(b, hk, d, page)
         ks, vs = cute_ops.kv_scale(kc), cute_ops.kv_scale(vc)
         kc, vc = cute_ops.quantize_kv(kc, ks), cute_ops.quantize_kv(vc, vs)
         q, new = rand(b, 3, 8, d), rand(b, 3, hk, d)

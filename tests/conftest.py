@@ -91,6 +91,13 @@ def assert_close_to_reference(out: torch.Tensor, expected: torch.Tensor, lowp: t
                           f"{lowp.dtype} error ({base:.3g}) + half an ulp ({floor:.3g}) = {bound:.3g}")
 
 
+def decode_lengths(batch: int, capacity: int, device: str = "cuda") -> torch.Tensor:
+    """int32 cache lengths for flash_decode tests: 1, an odd length, the capacity, then random ones."""
+    fixed = [1, 77, capacity][:batch]
+    rest = torch.randint(1, capacity + 1, (max(0, batch - 3),)).tolist()
+    return torch.tensor(fixed + rest, dtype=torch.int32, device=device)
+
+
 def tolerances(dtype: torch.dtype) -> dict:
     """Output compared with a float64 reference: one or two rounding steps of the output dtype plus
     float32 accumulation."""

@@ -16,7 +16,8 @@ from torch._subclasses import FakeTensorMode
 
 import cute_ops
 from cute_ops import reference as ref
-from conftest import CHECK_DEVICES, assert_close_to_reference, capture_graph, on_device, poison_allocator
+from conftest import (CHECK_DEVICES, assert_close_to_reference, capture_graph, decode_lengths, on_device,
+                      poison_allocator)
 
 DTYPES = [torch.float16, torch.bfloat16]
 # out: at most K_OUT times PyTorch's own error on the same attention in the working dtype (scores,
@@ -179,13 +180,6 @@ def _run_and_check(q, k_cache, v_cache, lengths, *, k_new=None, v_new=None, bloc
     return out, lse
 
 
-def _lengths(batch, capacity, device="cuda"):
-    """1, an odd length, the capacity, then random lengths."""
-    fixed = [1, 77, capacity][:batch]
-    rest = torch.randint(1, capacity + 1, (max(0, batch - 3),)).tolist()
-    return torch.tensor(fixed + rest, dtype=torch.int32, device=device)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -196,7 +190,7 @@ def test_flash_decode_matches_reference(page_size, tokens, heads_q, heads_kv, he
     batch, capacity = 5, 1000
     k_cache, v_cache, table = _cache(batch, capacity, heads_kv, head_dim, dtype, "cuda", page_size)
     q = torch.randn(batch, tokens, heads_q, head_dim, device="cuda").to(dtype)
-    _run_and_check(q, k_cache, v_cache, _lengths(batch, capacity), block_table=table)
+    _run_and_check(q, k_cache, v_cache, decode_lengths(batch, capacity), block_table=table)
 
 
 @pytest.mark.gpu

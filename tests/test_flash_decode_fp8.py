@@ -10,7 +10,8 @@ from torch._subclasses import FakeTensorMode
 
 import cute_ops
 from cute_ops import reference as ref
-from conftest import CHECK_DEVICES, assert_close_to_reference, capture_graph, on_device, poison_allocator
+from conftest import (CHECK_DEVICES, assert_close_to_reference, capture_graph, decode_lengths, on_device,
+                      poison_allocator)
 
 FP8 = torch.float8_e4m3fn
 DTYPES = [torch.float16, torch.bfloat16]
@@ -151,12 +152,6 @@ def _run_and_check(q, k8, v8, lengths, k_scale, v_scale, *, k_new=None, v_new=No
     return out, lse
 
 
-def _lengths(batch, capacity, device="cuda"):
-    fixed = [1, 77, capacity][:batch]
-    rest = torch.randint(1, capacity + 1, (max(0, batch - 3),)).tolist()
-    return torch.tensor(fixed + rest, dtype=torch.int32, device=device)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("heads_q, heads_kv", [(4, 4), (32, 8), (16, 2)])  # GQA 1, 4, 8
@@ -168,7 +163,7 @@ def test_matches_reference(append, per_head, page_size, tokens, heads_q, heads_k
     batch, capacity = 5, 1000
     k8, v8, table, ks, vs = _fp8_cache(batch, capacity, heads_kv, dtype, "cuda", page_size, per_head)
     q = _queries(batch, tokens, heads_q, dtype)
-    lengths = _lengths(batch, capacity - (tokens if append else 0))
+    lengths = decode_lengths(batch, capacity - (tokens if append else 0))
     new = {}
     if append:  # larger than the cache: some elements saturate
         new = dict(k_new=(2 * torch.randn(batch, tokens, heads_kv, 128, device="cuda")).to(dtype),
