@@ -92,8 +92,9 @@ def kv_scale(x: torch.Tensor, per_head: bool = True) -> torch.Tensor:
 
 def quantize_kv(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """x ``[..., heads_kv, head_dim]`` as an fp8 cache holds it: ``x * (1 / scale)`` rounded to
-    float8_e4m3fn, saturated at +-448 (NaN stays NaN), exactly as flash_decode's append quantizes.
-    scale: float32, one element or one a kv head."""
+    float8_e4m3fn, saturated at +-448 (NaN stays NaN), as flash_decode's append quantizes (byte for
+    byte in the tests; the kernel's 1 / scale is the fast-math reciprocal, which may differ from
+    this one in its last bit). scale: float32, one element or one a kv head."""
     inv = 1.0 / scale.float().reshape(-1, 1)
     return (x.float() * inv).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
 

@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   NewTokens<Element, kHeadDim, Traits::kNThreads, CacheElement> new_tokens(smem + Traits::kNewTokensOffset);
   if constexpr (kNewTokens) new_tokens.load(p, bidb, bidh_k, cached, stage_rows, rotate, tid);
 
-  // This warp's slab (its 16 keys) of one K and V tile into ring stage `stage`; keys past the
+  // This warp's slab (its kWarpKeys keys) of one K and V tile into ring stage `stage`; keys past the
   // cached ones are zeros. Each warp loads and reads only its own slabs, so the ring needs no
   // barrier between warps: a warp refills a stage as soon as it has read it, and keeps all
   // kStages of its tiles in flight while it waits. Slabs are loaded in increasing key order, so
