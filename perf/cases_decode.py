@@ -44,29 +44,41 @@ def _flash_attn_with_kvcache():
 
 
 def _decode_case(batch: int, length: int, paged: bool, fp8: bool = False) -> Case:
+    """One decode step over a bf16 cache, or over an fp8 one (with our bf16-cache time as a variant
+    and cuDNN the one baseline)."""
     dtype = torch.bfloat16
-    with_kvcache = _flash_attn_with_kvcache()
-    if fp8:
-        return _decode_fp8_case(batch, length, paged)
+    with_kvcache = None if fp8 else _flash_attn_with_kvcache()
 
     def setup():
         q = torch.randn(batch, 1, HEADS_Q, HEAD_DIM, device="cuda", dtype=dtype)
         k = torch.randn(batch, length, HEADS_KV, HEAD_DIM, device="cuda", dtype=dtype)
         v = torch.randn_like(k)
         lengths = torch.full((batch,), length, dtype=torch.int32, device="cuda")
+        table = perm = None
         if paged:
             pages = length // PAGE_SIZE
             perm = torch.randperm(batch * pages, device="cuda")
-            k_pages, v_pages = (torch.empty(batch * pages, PAGE_SIZE, HEADS_KV, HEAD_DIM, device="cuda", dtype=dtype)
-                                for _ in range(2))
-            k_pages[perm] = k.view(batch * pages, PAGE_SIZE, HEADS_KV, HEAD_DIM)
-            v_pages[perm] = v.view(batch * pages, PAGE_SIZE, HEADS_KV, HEAD_DIM)
             table = perm.view(batch, pages).to(torch.int32)
-            impls = {"ours": lambda: cute_ops.flash_decode(q, k_pages, v_pages, lengths, block_table=table)}
-        else:
-            impls = {"ours": lambda: cute_ops.flash_decode(q, k, v, lengths)}
+
+        def layout(t):  # paged: the sequences' pages shuffled over the pool (moved as bytes: fp8 too)
+            if perm is None:
+                return t
+            out = torch.empty(perm.numel(), PAGE_SIZE, HEADS_KV, HEAD_DIM, device="cuda", dtype=t.dtype)
+            out.view(torch.uint8)[perm] = t.view(torch.uint8).view(perm.numel(), PAGE_SIZE, HEADS_KV, -1)
+            return out
+        k_c, v_c = layout(k), layout(v)
+        impls = {"ours": lambda: cute_ops.flash_decode(q, k_c, v_c, lengths, block_table=table)}
+        if fp8:
+            k_scale, v_scale = cute_ops.kv_scale(k), cute_ops.kv_scale(v)
+            k8, v8 = (layout(cute_ops.quantize_kv(t, s)) for t, s in ((k, k_scale), (v, v_scale)))
+            impls = {"ours": lambda: cute_ops.flash_decode(q, k8, v8, lengths, block_table=table, k_scale=k_scale,
+                                                           v_scale=v_scale),
+                     "ours_bf16_cache": impls["ours"]}
         qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # SDPA's [B, H, S, D] views
-        for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+        backends = [("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)]
+        if not fp8:
+            backends.insert(0, ("sdpa_flash", SDPBackend.FLASH_ATTENTION))
+        for name, backend in backends:
             def sdpa(backend=backend):
                 with sdpa_kernel([backend]):
                     return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
@@ -80,10 +92,11 @@ def _decode_case(batch: int, length: int, paged: bool, fp8: bool = False) -> Cas
         return impls
 
     shape = {"B": batch, "L": length, "Hq": HEADS_Q, "Hkv": HEADS_KV, "D": HEAD_DIM,
-             "cache": f"paged{PAGE_SIZE}" if paged else "contiguous"}
-    kv_bytes = 2 * batch * length * HEADS_KV * HEAD_DIM * 2
-    return Case("flash_decode", "flash_decode", shape, dtype, setup, bytes=kv_bytes,
-                impls=("ours", "sdpa_flash", "sdpa_cudnn", *(("flash_attn",) if with_kvcache else ())),
+             "cache": f"paged{PAGE_SIZE}" if paged else "contiguous", **({"kv": "fp8"} if fp8 else {})}
+    kv_bytes = 2 * batch * length * HEADS_KV * HEAD_DIM * (1 if fp8 else 2)
+    impls = ("ours", "ours_bf16_cache", "sdpa_cudnn") if fp8 else \
+        ("ours", "sdpa_flash", "sdpa_cudnn", *(("flash_attn",) if with_kvcache else ()))
+    return Case("flash_decode", "flash_decode", shape, dtype, setup, bytes=kv_bytes, impls=impls,
                 read_dominated=True)
 
 
@@ -100,52 +113,3 @@ def cases() -> list[Case]:
             out.append(_decode_case(batch, length, paged, fp8=True))
     return out
 
-
-def _decode_fp8_case(batch: int, length: int, paged: bool) -> Case:
-    dtype = torch.bfloat16
-
-    def setup():
-        q = torch.randn(batch, 1, HEADS_Q, HEAD_DIM, device="cuda", dtype=dtype)
-        k = torch.randn(batch, length, HEADS_KV, HEAD_DIM, device="cuda", dtype=dtype)
-        v = torch.randn_like(k)
-        k_scale, v_scale = cute_ops.kv_scale(k), cute_ops.kv_scale(v)
-        k8, v8 = cute_ops.quantize_kv(k, k_scale), cute_ops.quantize_kv(v, v_scale)
-        lengths = torch.full((batch,), length, dtype=torch.int32, device="cuda")
-        table = None
-        if paged:
-            pages = length // PAGE_SIZE
-            perm = torch.randperm(batch * pages, device="cuda")
-            table = perm.view(batch, pages).to(torch.int32)
-
-            def to_pages(t):
-                p = torch.empty(batch * pages, PAGE_SIZE, HEADS_KV, HEAD_DIM, device="cuda", dtype=t.dtype)
-                p.view(torch.uint8 if t.dtype == torch.float8_e4m3fn else t.dtype)[perm] = (
-                    t.view(torch.uint8 if t.dtype == torch.float8_e4m3fn else t.dtype)
-                    .view(batch * pages, PAGE_SIZE, HEADS_KV, HEAD_DIM))
-                return p
-
-            k8_c, v8_c, k_c, v_c = (to_pages(t) for t in (k8, v8, k, v))
-        else:
-            k8_c, v8_c, k_c, v_c = k8, v8, k, v
-        impls = {
-            "ours": lambda: cute_ops.flash_decode(q, k8_c, v8_c, lengths, block_table=table, k_scale=k_scale,
-                                                  v_scale=v_scale),
-            "ours_bf16_cache": lambda: cute_ops.flash_decode(q, k_c, v_c, lengths, block_table=table),
-        }
-        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-
-        def sdpa():
-            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
-        try:
-            sdpa()
-            impls["sdpa_cudnn"] = sdpa
-        except RuntimeError:
-            pass
-        return impls
-
-    shape = {"B": batch, "L": length, "Hq": HEADS_Q, "Hkv": HEADS_KV, "D": HEAD_DIM,
-             "cache": f"paged{PAGE_SIZE}" if paged else "contiguous", "kv": "fp8"}
-    kv_bytes = 2 * batch * length * HEADS_KV * HEAD_DIM
-    return Case("flash_decode", "flash_decode", shape, dtype, setup, bytes=kv_bytes,
-                impls=("ours", "ours_bf16_cache", "sdpa_cudnn"), read_dominated=True)

@@ -30,9 +30,11 @@
 #include <cute/arch/mma_sm80.hpp>
 #include <cute/tensor.hpp>
 
+#include "flash_decode/flash_decode_limits.h"
+
 namespace cute_ops::decode::fp8 {
 
-constexpr int kHeadDim = 128;  // the one head dim with an fp8 path (flash_decode_limits.h says so to users)
+constexpr int kHeadDim = kDecodeFp8HeadDim;  // the one head dim with an fp8 path
 constexpr int kChunks = kHeadDim / 16;  // 16-byte chunks of one key row
 
 // Byte offset of 16-byte chunk `chunk` of slab row `row` ([keys][128 bytes]). Chunk c of row r

@@ -67,15 +67,15 @@ class PagedKVCache:
 
     ``dtype=torch.float8_e4m3fn`` makes an fp8 cache (head_dim 128): half the bytes a decode step
     reads, keys and values stored as ``x / scale`` with a float32 scale per (layer, kv head),
-    ``k_scale`` / ``v_scale`` ``[layers, kv_heads]`` (one value, or per layer, broadcasts). The
-    default 1.0 stores the values themselves, saturating past +-448 (as vLLM does without
+    ``k_scale`` / ``v_scale`` ``[layers, kv_heads]`` (one value, or per layer, broadcasts). None,
+    the default, is 1.0: it stores the values themselves, saturating past +-448 (as vLLM does without
     calibrated scales); LLaMA's keys and values are far inside that. The prefill attends its
     prompt's unquantized K and V and stores them quantized; decode steps attend the cache."""
 
     def __init__(self, config: LlamaConfig, num_pages: int, page_size: int = 64, max_seq_len: int | None = None,
                  dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cuda",
-                 tp: TensorParallel | None = None, k_scale: torch.Tensor | float = 1.0,
-                 v_scale: torch.Tensor | float = 1.0):
+                 tp: TensorParallel | None = None, k_scale: torch.Tensor | float | None = None,
+                 v_scale: torch.Tensor | float | None = None):
         self.allocator = PageAllocator(num_pages, page_size)
         self.page_size = page_size
         self.max_seq_len = min(max_seq_len or config.max_position, config.max_position)
@@ -91,9 +91,9 @@ class PagedKVCache:
             if config.head_dim != 128:
                 raise ValueError(f"PagedKVCache: an fp8 cache needs head_dim 128, the model has {config.head_dim}")
             self.k_scale, self.v_scale = (
-                torch.as_tensor(s, dtype=torch.float32).to(device).expand(shape[0], shape[3]).contiguous()
-                for s in (k_scale, v_scale))
-        elif not (isinstance(k_scale, float) and k_scale == 1.0 and isinstance(v_scale, float) and v_scale == 1.0):
+                torch.as_tensor(1.0 if s is None else s, dtype=torch.float32).to(device)
+                .expand(shape[0], shape[3]).contiguous() for s in (k_scale, v_scale))
+        elif k_scale is not None or v_scale is not None:
             raise ValueError("PagedKVCache: k_scale and v_scale go with an fp8 cache (dtype=torch.float8_e4m3fn)")
 
     @classmethod
