@@ -76,6 +76,20 @@ TORCH_LIBRARY(cute_ops, m) {
   // packed by pack_gate_up, out [m, n / 2]); residual [m, out cols] added after rounding.
   m.def("gemv(Tensor x, Tensor weight, Tensor? norm_weight=None, float eps=1e-06, Tensor? residual=None, "
         "str activation=\"none\") -> Tensor");
+  // Tensor parallelism (gemv/gemv_exchange.h): the all-reduce between a row-parallel projection
+  // and the next one, folded into both. gemv_push: out = x @ weight^T (+ residual) stored into slot
+  // `slot` of every rank's exchange buffer (buffers: their addresses in this process, this rank's
+  // at [rank]). gemv_pull: gemv over x = the sum of the slot's pushed [m, k] rows, once every rank
+  // has pushed them; x_sum, when given, receives that sum. gemv_exchange_buffer allocates a rank's
+  // buffer (zeroed) for `slots` slots of `hidden` columns of like's dtype; gemv_exchange_handle and
+  // gemv_exchange_open map it into the other ranks' processes (CUDA IPC).
+  m.def("gemv_push(Tensor x, Tensor weight, Tensor? residual, Tensor(a!) exchange, int[] buffers, int rank, "
+        "int slots, int slot) -> ()");
+  m.def("gemv_pull(Tensor(a!) exchange, int world, int rank, int slots, int slot, int m, Tensor weight, "
+        "Tensor norm_weight, float eps, str activation=\"none\", Tensor(b!)? x_sum=None) -> Tensor");
+  m.def("gemv_exchange_buffer(Tensor like, int slots, int world, int hidden) -> Tensor");
+  m.def("gemv_exchange_handle(Tensor buffer) -> Tensor");
+  m.def("gemv_exchange_open(Tensor buffer, Tensor handle) -> Tensor");
 
   // ---- rope (csrc/rope) -------------------------------------------------------------------
   // Rotate-half RoPE applied in place to q [..., Hq, D] and k [..., Hkv, D] at `positions`;

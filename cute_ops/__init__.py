@@ -9,7 +9,7 @@ from .decode import dequantize_kv, flash_decode, kv_scale, quantize_kv
 from .errors import (DeviceDataError, DeviceError, check_errors, get_device_error_mode, read_errors,
                      set_device_error_mode)
 from .flash import flash_attn_func, flash_attn_varlen_func, flash_fwd, flash_fwd_varlen
-from .gemv import gemv
+from .gemv import GemvExchange, gemv, gemv_pull, gemv_push
 from .gemm_pair import fused_mlp, gemm_pair, pack_gate_up, unpack_gate_up
 from .norm import fused_add_rms_norm, rms_norm
 from .rope import Llama3RopeScaling, rope_cos_sin_cache, rope_inv_freq, rotary_embedding
@@ -31,6 +31,9 @@ __all__ = [
     "fused_mlp",
     "gemm_pair",
     "gemv",
+    "gemv_pull",
+    "gemv_push",
+    "GemvExchange",
     "get_device_error_mode",
     "kv_scale",
     "Llama3RopeScaling",

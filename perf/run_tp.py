@@ -11,8 +11,13 @@ bf16 weights, each rank drawing its own part; decode over a cache of `CTX` keys 
 - llama3-70b decode at B in DECODE_70B and a prefill of PREFILL_70B, over all the GPUs (it does not
   fit on one). Its floor: each GPU's weights and KV rows read at the read ceiling measured here.
 
-A decode row also reports the all-reduce (`allreduce_us_each`: one [B, hidden] all-reduce, alone in a
-graph of 64; `allreduce_us_per_step`: times the 2 per layer). Timing is CUDA-graph replay of
+Our decode step folds each all-reduce into the gemvs around it (cute_ops.GemvExchange) where the
+batch takes gemv (B <= 8), and calls NCCL's all-reduce otherwise. A tensor-parallel decode row also
+reports, measured in the same run: `step_us_nccl`, the same step with NCCL's all-reduce between
+plain gemvs; `step_us_no_allreduce`, the step with the all-reduces left out (wrong sums: timing
+only); `allreduce_us_per_step`, our step's time over that one (what the all-reduces cost it) and
+`allreduce_us_per_step_nccl`, the same for NCCL's; `allreduce_us_each`, one NCCL all-reduce of
+[B, hidden] alone, in a graph of 64. Timing is CUDA-graph replay of
 STEP_CALLS decode steps (prefill: eager calls), a fixed number of rounds on every rank (the ranks'
 collectives must pair up, so no rank may size its rounds from its own timings), median over rounds.
 """
@@ -96,16 +101,41 @@ def prefill_us(model: Llama, batch: int, seqlen: int) -> float:
     return _median_us(lambda: model.prefill(tokens, cu, seqlen, positions, slots, cache, cu[1:] - 1), ROUNDS // 2, 1)
 
 
+class _NoAllReduce(TensorParallel):
+    """The ranks without their all-reduces (the sums are wrong): a decode step's time without them."""
+
+    def all_reduce(self, x):
+        return x
+
+
+def decode_variants(model: Llama, batch: int) -> dict[str, float]:
+    """Our step's time and, for several ranks, the steps it is compared with (see the docstring)."""
+    times = {"ours": decode_us(model, batch)}
+    if model.tp.world_size > 1:
+        tp = model.tp
+        model.fold_all_reduce = False
+        times["nccl"] = decode_us(model, batch)
+        model.tp = _NoAllReduce(tp.rank, tp.world_size, tp.group)
+        times["none"] = decode_us(model, batch)
+        model.tp, model.fold_all_reduce = tp, True
+        times["nccl_each"] = all_reduce_us(tp, batch, model.config.hidden_size, torch.bfloat16)
+    return times
+
+
 def tp_row(op: str, shape: dict, us: float, baselines: dict[str, float], ceil: dict, nbytes: int | None = None,
-           flops: int | None = None, allreduce_us: float | None = None) -> dict:
+           flops: int | None = None, times: dict[str, float] | None = None) -> dict:
     """A results row as run.py writes them. nbytes: what one GPU must read (its weights and KV rows:
-    the floor); allreduce_us: one all-reduce, reported per step as 2 a layer of shape["model"]."""
+    the floor); times: decode_variants' (the all-reduce's metrics)."""
     case = Case(op=op, family=op, shape=shape, dtype=torch.bfloat16, setup=None, bytes=nbytes, flops=flops,
                 read_dominated=nbytes is not None, floor_metric=nbytes is not None)
     r = row(case, {"ours": us, **baselines}, {"ours": TIMING}, ceil)
-    if allreduce_us is not None:
-        r["metrics"]["allreduce_us_each"] = round(allreduce_us, 2)
-        r["metrics"]["allreduce_us_per_step"] = round(allreduce_us * 2 * PRESETS[shape["model"]].num_layers, 1)
+    if times and "none" in times:
+        m = r["metrics"]
+        m["step_us_nccl"] = round(times["nccl"], 1)
+        m["step_us_no_allreduce"] = round(times["none"], 1)
+        m["allreduce_us_per_step"] = round(times["ours"] - times["none"], 1)
+        m["allreduce_us_per_step_nccl"] = round(times["nccl"] - times["none"], 1)
+        m["allreduce_us_each"] = round(times["nccl_each"], 2)
     return r
 
 
@@ -125,11 +155,12 @@ def main() -> int:
               f"bf16 matmul {ceil['matmul_bf16_tflops']} TFLOP/s", flush=True)
     results = []
 
-    def record(op, shape, us, baselines, nbytes=None, flops=None, allreduce=None):
-        r = tp_row(op, shape, us, baselines, ceil, nbytes, flops, allreduce)
+    def record(op, shape, us, baselines, nbytes=None, flops=None, times=None):
+        r = tp_row(op, shape, us, baselines, ceil, nbytes, flops, times)
         results.append(r)
         if lead:
-            print(f"  {op} {shape}: {us:.1f} us {baselines or ''} {r['metrics'].get('frac_of_floor', '')}", flush=True)
+            extra = {k: v for k, v in r["metrics"].items() if k.startswith(("step_", "allreduce", "frac_of_floor"))}
+            print(f"  {op} {shape}: {us:.1f} us {baselines or ''} {extra}", flush=True)
 
     # LLaMA-3-8B: one GPU (rank 0; the others wait), then all of them.
     cfg = PRESETS["llama3-8b"]
@@ -145,10 +176,9 @@ def main() -> int:
     dist.barrier()
     model = Llama.random(cfg, tp=tp)
     for b in DECODE_8B:
-        us = decode_us(model, b)
-        ar = all_reduce_us(tp, b, cfg.hidden_size, torch.bfloat16)
-        record("llama_decode", {"model": "llama3-8b", "tp": world, "B": b, "ctx": CTX}, us,
-               {"tp1": one[b]} if lead else {}, model.weight_bytes + _kv_bytes(cfg, b, tp), allreduce=ar)
+        times = decode_variants(model, b)
+        record("llama_decode", {"model": "llama3-8b", "tp": world, "B": b, "ctx": CTX}, times["ours"],
+               {"tp1": one[b]} if lead else {}, model.weight_bytes + _kv_bytes(cfg, b, tp), times=times)
     del model
     torch.cuda.empty_cache()
 
@@ -156,10 +186,9 @@ def main() -> int:
     cfg = PRESETS["llama3-70b"]
     model = Llama.random(cfg, tp=tp)
     for b in DECODE_70B:
-        us = decode_us(model, b)
-        ar = all_reduce_us(tp, b, cfg.hidden_size, torch.bfloat16)
-        record("llama_decode", {"model": "llama3-70b", "tp": world, "B": b, "ctx": CTX}, us, {},
-               model.weight_bytes + _kv_bytes(cfg, b, tp), allreduce=ar)
+        times = decode_variants(model, b)
+        record("llama_decode", {"model": "llama3-70b", "tp": world, "B": b, "ctx": CTX}, times["ours"], {},
+               model.weight_bytes + _kv_bytes(cfg, b, tp), times=times)
     batch, seqlen = PREFILL_70B
     flops = 2 * batch * seqlen * sum(p.numel() for p in model.layers.parameters())  # this GPU's share
     record("llama_prefill", {"model": "llama3-70b", "tp": world, "B": batch, "Sq": seqlen},

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "gemv/gemv_exchange.h"
 #include "gemv/gemv_limits.h"
 
 namespace cute_ops {
@@ -29,6 +30,9 @@ struct GemvParams {
   DType dtype;                // of every tensor (float16 or bfloat16)
 };
 
-void run_gemv(const GemvParams& params, cudaStream_t stream);
+// exchange.mode kNone: the plain gemv. Tensor parallelism (gemv_exchange.h): kPush sends the
+// output rows to every rank's exchange buffer instead of `out`; kPull reads x as the sum of the
+// ranks' pushed rows instead of `x`.
+void run_gemv(const GemvParams& params, cudaStream_t stream, const GemvExchangeParams& exchange = {});
 
 }  // namespace cute_ops

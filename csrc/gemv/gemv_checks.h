@@ -3,6 +3,8 @@
 // (gemv_op.cpp) and by the Meta impl (gemv_checks.cpp).
 #include <ATen/ATen.h>
 
+#include <c10/util/ArrayRef.h>
+
 #include <optional>
 #include <string>
 
@@ -10,6 +12,15 @@ namespace cute_ops {
 
 // Checks every input; returns the output's column count (weight rows, halved for "swiglu").
 c10::SymInt check_gemv(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& norm_weight,
-                       double eps, const std::optional<at::Tensor>& residual, const std::string& activation);
+                       double eps, const std::optional<at::Tensor>& residual, const std::string& activation,
+                       const char* op = "gemv");
+
+// gemv_pull and gemv_push (tensor parallelism, gemv_exchange.h): the exchange buffer against its
+// sizes, and the operands as gemv's. gemv_pull's returns its output's column count.
+c10::SymInt check_gemv_pull(const at::Tensor& exchange, int64_t world, int64_t rank, int64_t slots, int64_t slot,
+                            int64_t m, const at::Tensor& weight, const at::Tensor& norm_weight, double eps,
+                            const std::string& activation, const std::optional<at::Tensor>& x_sum);
+void check_gemv_push(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& residual,
+                     const at::Tensor& exchange, c10::IntArrayRef buffers, int64_t rank, int64_t slots, int64_t slot);
 
 }  // namespace cute_ops

@@ -29,6 +29,11 @@
 // pass over x before the mainloop and no extra barrier; inv_rms multiplies the float32 sums in the
 // epilogue.
 
+// Tensor parallelism (gemv_exchange.h): a push stores its output rows into every rank's exchange
+// buffer and raises its flags; a pull waits for the flags after issuing its first weight copies
+// (the copies do not depend on x) and reads x as the float32 sum of the ranks' rows, rounded to T
+// once, as a two-rank all-reduce of T rounds it.
+//
 // SwiGLU. A unit then reads 8 gate rows (mma rows g) and their 8 up rows (rows g + 8) of the
 // packed weight (common/gate_up_layout.h), so the lane that holds the gate sum of an output also
 // holds its up sum.
@@ -41,6 +46,7 @@
 #include "common/pdl.h"
 #include "common/vec.cuh"
 #include "gemv/gemv.h"
+#include "gemv/gemv_exchange.cuh"
 
 namespace cute_ops::gemv {
 
@@ -135,6 +141,32 @@ __device__ __forceinline__ void load_x_step(uint4 (&x)[kChunks], uint4 (&norm_w)
   }
 }
 
+// load_x_step for a pull: x's chunks are the sum of the ranks' pushed rows (float32, rounded once).
+template <typename T>
+__device__ __forceinline__ void load_pulled_x_step(uint4 (&x)[kChunks], const GemvExchangeParams& e, int token, int k,
+                                                   int step, int c) {
+  using V = Vec<T, kElemsPerChunk>;
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    const int col = chunk_col(step, i, c);
+    if (col >= k) {
+      x[i] = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    float sum[kElemsPerChunk] = {};
+    for (int r = 0; r < e.world; ++r) {
+      V v;
+      *reinterpret_cast<uint4*>(&v) = __ldcg(reinterpret_cast<const uint4*>(pushed_row<T>(e, k, r, token) + col));
+#pragma unroll
+      for (int j = 0; j < kElemsPerChunk; ++j) sum[j] += to_float(v.v[j]);
+    }
+    V out;
+#pragma unroll
+    for (int j = 0; j < kElemsPerChunk; ++j) out.v[j] = from_float<T>(sum[j]);
+    x[i] = *reinterpret_cast<const uint4*>(&out);
+  }
+}
+
 // x * w, rounded to T, element by element.
 template <typename T>
 __device__ __forceinline__ uint4 times_weight(uint4 x, uint4 norm_w) {
@@ -162,8 +194,10 @@ __device__ __forceinline__ float silu_times(float gate, float up) {
   return gate / (1.f + __expf(-gate)) * up;
 }
 
-template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const GemvParams p) {
+// The kernel's body; `e` is read only by a push or a pull (gemv_exchange_kernel).
+template <typename T, bool kNorm, bool kResidual, bool kSwiGLU, GemvExchangeMode kExchange>
+__device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchangeParams& e) {
+  constexpr bool kPush = kExchange == GemvExchangeMode::kPush, kPull = kExchange == GemvExchangeMode::kPull;
   using Mma = typename MmaAtom<T>::type;
   extern __shared__ uint4 ring[];  // kStages x kSlots x kThreads chunks of W
   __shared__ float s_sum_sq[2][kWarps][kGemvMaxRows];  // kNorm: each warp's sums of x^2 a row of x
@@ -174,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const Gem
   const int64_t n_units = num_units(p);
   const T* w = static_cast<const T*>(p.weight);
   const int token = g < p.m ? g : p.m - 1;  // rows of x past m repeat the last one (not stored)
-  const T* x_row = static_cast<const T*>(p.x) + token * p.x_row_stride;
+  const T* x_row = static_cast<const T*>(p.x) + token * p.x_row_stride;  // (unused by a pull: p.x is null)
   const T* norm_weight = static_cast<const T*>(p.norm_weight);
 
   // This warp's items, in order: for each of the CTA's units, its steps warp, warp + kWarps, ...
@@ -196,6 +230,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const Gem
 
   wait_for_previous_grid();  // x and residual come from the previous kernel
   allow_dependent_launch();
+  if constexpr (kPull) wait_for_pushes<T>(e, p.k);
 
   int64_t item = 0;
   int buffer = 0;
@@ -207,7 +242,26 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const Gem
       const int step = warp + s * kWarps;
       copy_item(item + kStages - 1);  // into the stage this lane emptied last item
       uint4 x[kChunks], norm_w[kChunks];
-      load_x_step<T, kNorm>(x, norm_w, x_row, norm_weight, p.k, step, c);
+      if constexpr (kPull) {
+        load_pulled_x_step<T>(x, e, token, p.k, step, c);
+        if constexpr (kNorm) {
+#pragma unroll
+          for (int i = 0; i < kChunks; ++i) {
+            const int col = chunk_col(step, i, c);
+            norm_w[i] = col < p.k ? *reinterpret_cast<const uint4*>(norm_weight + col) : x[i];
+          }
+        }
+        // CTA 0's first unit covers every column of x once: it keeps the sum (the residual stream).
+        if (e.x_sum != nullptr && blockIdx.x == 0 && unit == 0 && g < p.m) {
+#pragma unroll
+          for (int i = 0; i < kChunks; ++i) {
+            const int col = chunk_col(step, i, c);
+            if (col < p.k) *reinterpret_cast<uint4*>(static_cast<T*>(e.x_sum) + g * p.k + col) = x[i];
+          }
+        }
+      } else {
+        load_x_step<T, kNorm>(x, norm_w, x_row, norm_weight, p.k, step, c);
+      }
       cute::cp_async_wait<kStages - 1>();  // this lane's copies of `item` have landed
       asm volatile("" ::: "memory");       // (cp_async_wait has no memory clobber: keep the reads after it)
       const int stage = static_cast<int>(item % kStages);
@@ -263,12 +317,32 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const Gem
           if constexpr (kResidual) {
             y = to_float(from_float<T>(y)) + to_float(residual[row * p.residual_row_stride + col]);
           }
-          out[static_cast<int64_t>(row) * p.out_cols + col] = from_float<T>(y);
+          if constexpr (kPush) {
+            for (int dest = 0; dest < e.world; ++dest) {
+              *push_target<T>(e, p.out_cols, dest, row, col) = from_float<T>(y);
+            }
+          } else {
+            out[static_cast<int64_t>(row) * p.out_cols + col] = from_float<T>(y);
+          }
         }
       }
     }
     buffer ^= 1;
   }
+  if constexpr (kPush) raise_push_flags<T>(e, p.out_cols);
+}
+
+template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const GemvParams p) {
+  gemv_body<T, kNorm, kResidual, kSwiGLU, GemvExchangeMode::kNone>(p, GemvExchangeParams{});
+}
+
+// A push or a pull: the exchange's parameters in a second argument, so that the plain kernel's
+// parameters (and code) stay as they are.
+template <typename T, bool kNorm, bool kResidual, bool kSwiGLU, GemvExchangeMode kExchange>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_exchange_kernel(const GemvParams p,
+                                                                                const GemvExchangeParams e) {
+  gemv_body<T, kNorm, kResidual, kSwiGLU, kExchange>(p, e);
 }
 
 }  // namespace cute_ops::gemv

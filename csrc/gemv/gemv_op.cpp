@@ -1,7 +1,11 @@
 // Torch glue for gemv: output allocation, launch, registration. The input rules are in
 // gemv_checks.cpp, shared with the Meta impl.
 #include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 
+#include <cstring>
+
+#include "common/cuda_check.h"
 #include "common/torch_utils.h"
 #include "gemv/gemv.h"
 #include "gemv/gemv_checks.h"
@@ -34,8 +38,116 @@ at::Tensor gemv(const at::Tensor& x, const at::Tensor& weight, const std::option
   return out;
 }
 
+// ---- tensor parallelism: the exchange (gemv_exchange.h)
+
+at::Tensor gemv_pull(const at::Tensor& exchange, int64_t world, int64_t rank, int64_t slots, int64_t slot, int64_t m,
+                     const at::Tensor& weight, const at::Tensor& norm_weight, double eps, std::string activation,
+                     const std::optional<at::Tensor>& x_sum) {
+  const int64_t cols = check_gemv_pull(exchange, world, rank, slots, slot, m, weight, norm_weight, eps, activation,
+                                       x_sum).expect_int();
+  const c10::cuda::CUDAGuard guard(weight.device());
+  at::Tensor out = at::empty({m, cols}, weight.options());
+  GemvParams p{};
+  GemvExchangeParams e;
+  p.out = out.data_ptr();
+  p.weight = weight.data_ptr();
+  p.norm_weight = norm_weight.data_ptr();
+  p.m = static_cast<int>(m);
+  p.k = static_cast<int>(weight.size(1));
+  p.n = static_cast<int>(weight.size(0));
+  p.out_cols = static_cast<int>(cols);
+  p.eps = static_cast<float>(eps);
+  p.activation = activation == "swiglu" ? GemvActivation::kSwiGLU : GemvActivation::kNone;
+  p.dtype = to_dtype(weight.scalar_type(), "gemv_pull", "weight");
+  e.mode = GemvExchangeMode::kPull;
+  e.buffers[rank] = exchange.data_ptr();  // a pull reads its own buffer only
+  e.world = static_cast<int>(world), e.rank = static_cast<int>(rank);
+  e.slots = static_cast<int>(slots), e.slot = static_cast<int>(slot);
+  e.x_sum = x_sum ? x_sum->data_ptr() : nullptr;
+  run_gemv(p, current_stream(weight), e);
+  return out;
+}
+
+void gemv_push(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& residual,
+               const at::Tensor& exchange, c10::IntArrayRef buffers, int64_t rank, int64_t slots, int64_t slot) {
+  check_gemv_push(x, weight, residual, exchange, buffers, rank, slots, slot);
+  TORCH_CHECK_VALUE(buffers[rank] == reinterpret_cast<int64_t>(exchange.data_ptr()),
+                    "gemv_push: buffers[rank] must be this rank's exchange buffer");
+  const c10::cuda::CUDAGuard guard(x.device());
+  GemvParams p{};
+  GemvExchangeParams e;
+  p.x = x.data_ptr();
+  p.weight = weight.data_ptr();
+  p.residual = residual ? residual->data_ptr() : nullptr;
+  p.m = static_cast<int>(x.size(0));
+  p.k = static_cast<int>(x.size(1));
+  p.n = static_cast<int>(weight.size(0));
+  p.out_cols = p.n;
+  p.x_row_stride = x.stride(0);
+  p.residual_row_stride = residual ? residual->stride(0) : 0;
+  p.activation = GemvActivation::kNone;
+  p.dtype = to_dtype(x.scalar_type(), "gemv_push", "x");
+  e.mode = GemvExchangeMode::kPush;
+  for (size_t r = 0; r < buffers.size(); ++r) e.buffers[r] = reinterpret_cast<void*>(buffers[r]);
+  e.world = static_cast<int>(buffers.size()), e.rank = static_cast<int>(rank);
+  e.slots = static_cast<int>(slots), e.slot = static_cast<int>(slot);
+  run_gemv(p, current_stream(x), e);
+}
+
+// A rank's exchange buffer: its own cudaMalloc allocation (CUDA IPC maps whole allocations; the
+// caching allocator's blocks are parts of larger ones), zeroed before any rank can see it.
+at::Tensor gemv_exchange_buffer(const at::Tensor& like, int64_t slots, int64_t world, int64_t hidden) {
+  TORCH_CHECK_VALUE(like.is_cuda() && (like.scalar_type() == at::kHalf || like.scalar_type() == at::kBFloat16),
+                    "gemv_exchange_buffer: like must be a float16/bfloat16 CUDA tensor (the dtype and device of the "
+                    "exchanged rows)");
+  TORCH_CHECK_VALUE(slots >= 1 && world >= 1 && world <= kGemvMaxRanks && hidden >= 8 && hidden % 8 == 0,
+                    "gemv_exchange_buffer: need slots >= 1, 1 <= world <= ", kGemvMaxRanks,
+                    " and hidden a positive multiple of 8, got ", slots, ", ", world, ", ", hidden);
+  const GemvExchangeLayout layout{slots, world, hidden, static_cast<int64_t>(c10::elementSize(like.scalar_type()))};
+  const c10::cuda::CUDAGuard guard(like.device());
+  void* ptr = nullptr;
+  check_cuda(cudaMalloc(&ptr, layout.bytes()), "gemv_exchange_buffer: cudaMalloc");
+  check_cuda(cudaMemset(ptr, 0, layout.bytes()), "gemv_exchange_buffer: cudaMemset");
+  check_cuda(cudaDeviceSynchronize(), "gemv_exchange_buffer: zeroing");  // (setup, not a step)
+  return at::from_blob(ptr, {layout.bytes()}, [](void* q) { cudaFree(q); },
+                       at::TensorOptions().dtype(at::kByte).device(like.device()));
+}
+
+// The CUDA IPC handle of a buffer from gemv_exchange_buffer, as CPU bytes for the other ranks.
+at::Tensor gemv_exchange_handle(const at::Tensor& buffer) {
+  TORCH_CHECK_VALUE(buffer.is_cuda() && buffer.scalar_type() == at::kByte, "gemv_exchange_handle: buffer must be "
+                    "the uint8 CUDA tensor of gemv_exchange_buffer");
+  const c10::cuda::CUDAGuard guard(buffer.device());
+  cudaIpcMemHandle_t handle;
+  check_cuda(cudaIpcGetMemHandle(&handle, buffer.data_ptr()), "gemv_exchange_handle: cudaIpcGetMemHandle");
+  at::Tensor out = at::empty({static_cast<int64_t>(sizeof(handle))}, at::kByte);
+  std::memcpy(out.data_ptr(), &handle, sizeof(handle));
+  return out;
+}
+
+// Another rank's buffer mapped into this process on this rank's device (`buffer`: its own, of the
+// same size); unmapped when the returned tensor is freed.
+at::Tensor gemv_exchange_open(const at::Tensor& buffer, const at::Tensor& handle) {
+  cudaIpcMemHandle_t h;
+  TORCH_CHECK_VALUE(handle.device().is_cpu() && handle.scalar_type() == at::kByte &&
+                    handle.numel() == static_cast<int64_t>(sizeof(h)) && handle.is_contiguous(),
+                    "gemv_exchange_open: handle must be the ", sizeof(h), " CPU bytes of gemv_exchange_handle");
+  std::memcpy(&h, handle.data_ptr(), sizeof(h));
+  const c10::cuda::CUDAGuard guard(buffer.device());
+  void* ptr = nullptr;
+  check_cuda(cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess), "gemv_exchange_open: cudaIpcOpenMemHandle");
+  return at::from_blob(ptr, {buffer.numel()}, [](void* q) { cudaIpcCloseMemHandle(q); }, buffer.options());
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(cute_ops, CUDA, m) { m.impl("gemv", &gemv); }
+TORCH_LIBRARY_IMPL(cute_ops, CUDA, m) {
+  m.impl("gemv", &gemv);
+  m.impl("gemv_pull", &gemv_pull);
+  m.impl("gemv_push", &gemv_push);
+  m.impl("gemv_exchange_buffer", &gemv_exchange_buffer);
+  m.impl("gemv_exchange_handle", &gemv_exchange_handle);
+  m.impl("gemv_exchange_open", &gemv_exchange_open);
+}
 
 }  // namespace cute_ops

@@ -14,8 +14,9 @@ cache). The ops carry the work:
                down: five launches chained by programmatic dependent launch on Hopper
 
 Over several GPUs (tensor parallelism, parallel.py) each rank holds its heads, its slice of the
-MLP and of the vocabulary; o and down are followed by an all-reduce of their partial sums, and the
-logits are gathered. One rank is the same code with the collectives left out.
+MLP and of the vocabulary; o and down are followed by an all-reduce of their partial sums (in a
+gemv decode step, folded into the gemvs: gemv_push / gemv_pull), and the logits are gathered. One
+rank is the same code with the collectives left out.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 from ...decode import flash_decode, quantize_kv
 from ...flash import flash_fwd_varlen
 from ...gemm_pair import GATE_BLOCK, fused_mlp
-from ...gemv import MAX_ROWS as GEMV_MAX_ROWS, gemv
+from ...gemv import MAX_ROWS as GEMV_MAX_ROWS, GemvExchange, gemv, gemv_pull, gemv_push
 from ...norm import fused_add_rms_norm, rms_norm
 from ...rope import rope_cos_sin_cache, rotary_embedding
 from .config import LlamaConfig
@@ -64,6 +65,9 @@ class Llama(torch.nn.Module):
 
     # Parameters each rank holds a part of (every other one is whole on every rank).
     SHARDED = ("wqkv", "wo", "w_gate_up", "w_down", "lm_head")
+    # Over several ranks, a gemv decode step's all-reduces are folded into its gemvs (GemvExchange);
+    # False: NCCL's all-reduce between plain gemvs instead (the benchmark's comparison).
+    fold_all_reduce = True
 
     def __init__(self, config: LlamaConfig, dtype: torch.dtype = torch.bfloat16, device="cuda",
                  tp: TensorParallel | None = None):
@@ -94,6 +98,7 @@ class Llama(torch.nn.Module):
         self.register_buffer("cos_sin", cos_sin, persistent=False)
         self.register_buffer("rope_cos", cos_sin[:, :half].contiguous(), persistent=False)
         self.register_buffer("rope_sin", cos_sin[:, half:].contiguous(), persistent=False)
+        self._exchange: GemvExchange | None = None  # built by the first gemv decode step over several ranks
 
     @classmethod
     def random(cls, config: LlamaConfig, dtype=torch.bfloat16, device="cuda", seed: int = 0,
@@ -175,6 +180,8 @@ class Llama(torch.nn.Module):
         the all-reduce then adds to the others'). Returns this rank's logits in the model's dtype."""
         residual, eps, tp = x, self.config.rms_norm_eps, self.tp
         first = tp.rank == 0
+        if tp.world_size > 1 and self.fold_all_reduce and x.is_cuda:
+            return self._gemv_layers_exchanged(x, attention)
         for i, layer in enumerate(self.layers):
             qkv = gemv(residual, layer.wqkv, layer.attn_norm, eps)
             q, k, v = self._split_qkv(qkv, qkv.shape[:-1])
@@ -183,6 +190,33 @@ class Llama(torch.nn.Module):
             act = gemv(residual, layer.w_gate_up, layer.mlp_norm, eps, activation="swiglu")
             residual = tp.all_reduce(gemv(act, layer.w_down, residual=residual if first else None))
         return gemv(residual, self.output_weight, self.norm, eps)
+
+    def _gemv_layers_exchanged(self, x: torch.Tensor, attention) -> torch.Tensor:
+        """_gemv_layers over several ranks with each all-reduce folded into the gemvs around it: o
+        and down push their partial sums (rank 0's with the residual added) into slot 2i / 2i + 1 of
+        the exchange, and gate/up, the next layer's qkv and the output projection pull the sum as
+        their input; rank 0 keeps the sum (the residual stream) for its next push."""
+        if self._exchange is None:  # a collective: every rank makes its first such step together
+            self._exchange = GemvExchange(x, 2 * len(self.layers), self.config.hidden_size, self.tp.group)
+        ex, eps, m = self._exchange, self.config.rms_norm_eps, x.shape[0]
+        first = self.tp.rank == 0
+
+        def pull(slot, weight, norm_weight, activation="none"):
+            """(the gemv over the slot's sum, that sum on rank 0)"""
+            kept = torch.empty_like(x) if first else None
+            return gemv_pull(ex, slot, m, weight, norm_weight, eps, activation, kept), kept
+
+        residual = x
+        for i, layer in enumerate(self.layers):
+            if i == 0:
+                qkv = gemv(x, layer.wqkv, layer.attn_norm, eps)
+            else:
+                qkv, residual = pull(2 * i - 1, layer.wqkv, layer.attn_norm)
+            q, k, v = self._split_qkv(qkv, qkv.shape[:-1])
+            gemv_push(attention(i, q, k, v).flatten(-2), layer.wo, ex, 2 * i, residual if first else None)
+            act, residual = pull(2 * i, layer.w_gate_up, layer.mlp_norm, "swiglu")
+            gemv_push(act, layer.w_down, ex, 2 * i + 1, residual if first else None)
+        return pull(2 * len(self.layers) - 1, self.output_weight, self.norm)[0]
 
     @torch.inference_mode()
     def prefill(self, tokens: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int, positions: torch.Tensor,

@@ -1,0 +1,97 @@
+#pragma once
+// Device side of the exchange (gemv_exchange.h says what it is): where a slot's rows and flags
+// are, the push's flags and the pull's wait.
+#include <cstdint>
+#include <cstdio>
+
+#include "gemv/gemv_exchange.h"
+
+namespace cute_ops::gemv {
+
+// Seconds a pull waits for the other ranks before it traps: a rank that died or took another
+// path would otherwise hang this one forever.
+constexpr uint64_t kExchangeTimeoutNs = 30ull * 1000 * 1000 * 1000;
+
+template <typename T>
+__device__ __forceinline__ GemvExchangeLayout exchange_layout(const GemvExchangeParams& e, int hidden) {
+  return GemvExchangeLayout{e.slots, e.world, hidden, static_cast<int64_t>(sizeof(T))};
+}
+
+template <typename P>
+__device__ __forceinline__ P* at_offset(void* base, int64_t offset) {
+  return reinterpret_cast<P*>(static_cast<char*>(base) + offset);
+}
+
+__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Push, after this CTA's rows are stored: raise its flag for the slot in every rank's buffer.
+// Every thread calls it (it holds a barrier).
+template <typename T>
+__device__ __forceinline__ void raise_push_flags(const GemvExchangeParams& e, int hidden) {
+  const GemvExchangeLayout layout = exchange_layout<T>(e, hidden);
+  void* own = e.buffers[e.rank];
+  uint32_t* pushes = at_offset<uint32_t>(own, layout.pushes(e.slot)) + blockIdx.x;
+  const uint32_t count = __ldcg(pushes) + 1;  // read by every thread before the barrier, written after it
+  __threadfence_system();              // this thread's rows, before any flag
+  __syncthreads();
+  if (threadIdx.x < e.world) {
+    store_release_sys(at_offset<uint32_t>(e.buffers[threadIdx.x], layout.flags(e.slot, e.rank)) + blockIdx.x, count);
+  }
+  if (threadIdx.x == 0) {
+    *pushes = count;
+    if (blockIdx.x == 0) *at_offset<uint32_t>(own, layout.grids(e.slot)) = gridDim.x;
+  }
+}
+
+// Pull, after the wait on the previous kernel (this rank's push of the slot): wait until every
+// rank's CTAs have pushed the slot as many times as this rank's have. Every thread calls it.
+template <typename T>
+__device__ __forceinline__ void wait_for_pushes(const GemvExchangeParams& e, int hidden) {
+  const GemvExchangeLayout layout = exchange_layout<T>(e, hidden);
+  void* own = e.buffers[e.rank];
+  // Through L2 (ld.cg), as everything the exchange reads: no stale L1 line of an earlier step.
+  const uint32_t expected = __ldcg(at_offset<const uint32_t>(own, layout.pushes(e.slot)));
+  const int ctas = static_cast<int>(__ldcg(at_offset<const uint32_t>(own, layout.grids(e.slot))));
+  const uint64_t start = global_ns();
+  for (int i = threadIdx.x; i < e.world * ctas; i += blockDim.x) {
+    const uint32_t* flag = at_offset<const uint32_t>(own, layout.flags(e.slot, i / ctas)) + i % ctas;
+    for (int spins = 1; static_cast<int32_t>(load_acquire_sys(flag) - expected) < 0; ++spins) {
+      if (spins % 1024 == 0 && global_ns() - start > kExchangeTimeoutNs) {
+        printf("cute_ops gemv: rank %d waited %llu s for rank %d's push %u of slot %d; trapping\n", e.rank,
+               static_cast<unsigned long long>(kExchangeTimeoutNs / 1000000000ull), i / ctas, expected, e.slot);
+        __trap();
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// Pull: x's row `token` of rank `rank`'s pushed rows of the slot.
+template <typename T>
+__device__ __forceinline__ const T* pushed_row(const GemvExchangeParams& e, int hidden, int rank, int token) {
+  const GemvExchangeLayout layout = exchange_layout<T>(e, hidden);
+  return at_offset<const T>(e.buffers[e.rank], layout.inbox(e.slot, rank)) + static_cast<int64_t>(token) * hidden;
+}
+
+// Push: where row `row`, column `col` of the output goes in rank `dest`'s buffer.
+template <typename T>
+__device__ __forceinline__ T* push_target(const GemvExchangeParams& e, int hidden, int dest, int row, int col) {
+  const GemvExchangeLayout layout = exchange_layout<T>(e, hidden);
+  return at_offset<T>(e.buffers[dest], layout.inbox(e.slot, e.rank)) + static_cast<int64_t>(row) * hidden + col;
+}
+
+}  // namespace cute_ops::gemv
