@@ -46,7 +46,7 @@ __device__ __forceinline__ void raise_push_flags(const GemvExchangeParams& e, in
   void* own = e.buffers[e.rank];
   uint32_t* pushes = at_offset<uint32_t>(own, layout.pushes(e.slot)) + blockIdx.x;
   const uint32_t count = __ldcg(pushes) + 1;  // read by every thread before the barrier, written after it
-  __threadfence_system();              // this thread's rows, before any flag
+  if (threadIdx.x < 32) __threadfence_system();  // warp 0 stored the rows: they reach every rank before a flag
   __syncthreads();
   if (threadIdx.x < e.world) {
     store_release_sys(at_offset<uint32_t>(e.buffers[threadIdx.x], layout.flags(e.slot, e.rank)) + blockIdx.x, count);
@@ -63,7 +63,7 @@ template <typename T>
 __device__ __forceinline__ void wait_for_pushes(const GemvExchangeParams& e, int hidden) {
   const GemvExchangeLayout layout = exchange_layout<T>(e, hidden);
   void* own = e.buffers[e.rank];
-  // Through L2 (ld.cg), as everything the exchange reads: no stale L1 line of an earlier step.
+  // Through L2 (ld.cg): counts an earlier kernel wrote, never an L1 line of an earlier step.
   const uint32_t expected = __ldcg(at_offset<const uint32_t>(own, layout.pushes(e.slot)));
   const int ctas = static_cast<int>(__ldcg(at_offset<const uint32_t>(own, layout.grids(e.slot))));
   const uint64_t start = global_ns();

@@ -24,7 +24,8 @@
 //
 // Memory: every rank's buffer is mapped in every process (CUDA IPC); pushes are plain stores,
 // then a system-scope fence and a release store of the flag; pulls acquire the flags at system
-// scope and read the rows through L2 (ld.cg), never a stale L1 line.
+// scope, which orders their reads of the rows after every rank's stores (and invalidates the SM's
+// L1, so no line of an earlier step is read).
 #include <cstddef>
 #include <cstdint>
 

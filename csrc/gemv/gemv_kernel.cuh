@@ -142,6 +142,9 @@ __device__ __forceinline__ void load_x_step(uint4 (&x)[kChunks], uint4 (&norm_w)
 }
 
 // load_x_step for a pull: x's chunks are the sum of the ranks' pushed rows (float32, rounded once).
+// Plain loads, cached in L1 like x's (the 8 row groups of a warp read the same row when m = 1): the
+// acquire of the flags (wait_for_pushes) invalidated this SM's L1, so no line of an earlier step
+// survives, and every line loaded after it holds this step's rows.
 template <typename T>
 __device__ __forceinline__ void load_pulled_x_step(uint4 (&x)[kChunks], const GemvExchangeParams& e, int token, int k,
                                                    int step, int c) {
@@ -156,7 +159,7 @@ __device__ __forceinline__ void load_pulled_x_step(uint4 (&x)[kChunks], const Ge
     float sum[kElemsPerChunk] = {};
     for (int r = 0; r < e.world; ++r) {
       V v;
-      *reinterpret_cast<uint4*>(&v) = __ldcg(reinterpret_cast<const uint4*>(pushed_row<T>(e, k, r, token) + col));
+      *reinterpret_cast<uint4*>(&v) = *reinterpret_cast<const uint4*>(pushed_row<T>(e, k, r, token) + col);
 #pragma unroll
       for (int j = 0; j < kElemsPerChunk; ++j) sum[j] += to_float(v.v[j]);
     }
