@@ -312,6 +312,8 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
     then "done" put on `queue`. plant: a bug to plant."""
     import torch.distributed as dist
 
+    if plant == "fold":  # not a bug: the gemv decode step with its all-reduces folded into the gemvs
+        Llama.fold_all_reduce = True
     if plant == "wrong kv heads":
         split = TensorParallel.hf_split
 
@@ -437,9 +439,11 @@ def test_planted_bug_fails_the_two_rank_check(tmp_path, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="tensor parallelism over NCCL needs 2 GPUs")
-def test_two_gpus_match_one(tmp_path):
+@pytest.mark.parametrize("fold", [False, True], ids=["nccl_all_reduce", "folded_all_reduce"])
+def test_two_gpus_match_one(tmp_path, fold):
     """NCCL, the real kernels, CUDA-graph decode: TP=2 and TP=1 each within the LLaMA parity
-    tests' bound of transformers in float64; the same greedy tokens."""
+    tests' bound of transformers in float64; the same greedy tokens. fold: the gemv decode steps'
+    all-reduces folded into the gemvs (Llama.fold_all_reduce)."""
     from test_llama import _hf_models
     cfg = _cfg()
     sd = _state_dict(cfg)
@@ -453,4 +457,4 @@ def test_two_gpus_match_one(tmp_path):
     one = ([x.cpu() for x in _run(one_model, seqs, "cuda")], *_greedy(one_model, "cuda", cuda_graphs=True))
     del one_model, hf
     torch.cuda.empty_cache()
-    _check_against_one_rank(_run_ranks(tmp_path, 2, "nccl", cfg, sd), one, ref, low)
+    _check_against_one_rank(_run_ranks(tmp_path, 2, "nccl", cfg, sd, plant="fold" if fold else None), one, ref, low)

@@ -65,9 +65,10 @@ class Llama(torch.nn.Module):
 
     # Parameters each rank holds a part of (every other one is whole on every rank).
     SHARDED = ("wqkv", "wo", "w_gate_up", "w_down", "lm_head")
-    # Over several ranks, a gemv decode step's all-reduces are folded into its gemvs (GemvExchange);
-    # False: NCCL's all-reduce between plain gemvs instead (the benchmark's comparison).
-    fold_all_reduce = True
+    # Over several ranks, True folds a gemv decode step's all-reduces into its gemvs (GemvExchange);
+    # False (the default: faster as measured, docs/perf-notes.md) calls NCCL's all-reduce between
+    # plain gemvs.
+    fold_all_reduce = False
 
     def __init__(self, config: LlamaConfig, dtype: torch.dtype = torch.bfloat16, device="cuda",
                  tp: TensorParallel | None = None):
