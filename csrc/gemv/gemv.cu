@@ -1,20 +1,82 @@
-// gemv's dispatch to its plain kernels (gemv_launch.cuh launches them); a push or a pull goes to
-// gemv_exchange.cu.
+// Launch configuration for gemv: as many CTAs as fit on the GPU at once (at most one per unit of
+// 16 weight rows), each looping over its units, launched as a programmatic dependent of the
+// previous kernel on sm_90 so that its first weight loads overlap that kernel's tail.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "common/cuda_check.h"
+#include "common/device_info.h"
 #include "common/dispatch.cuh"
-#include "gemv/gemv_launch.cuh"
+#include "common/kernel_attributes.h"
+#include "common/per_device.h"
+#include "gemv/gemv_kernel.cuh"
 
 namespace cute_ops {
 
+namespace {
+
+template <typename T, bool kNorm, bool kResidual, bool kSwiGLU,
+          GemvExchangeMode kExchange = GemvExchangeMode::kNone>
+void launch(const GemvParams& p, const GemvExchangeParams& e, cudaStream_t stream) {
+  auto* kernel = [] {
+    if constexpr (kExchange == GemvExchangeMode::kNone) return &gemv::gemv_kernel<T, kNorm, kResidual, kSwiGLU>;
+    else return &gemv::gemv_exchange_kernel<T, kNorm, kResidual, kSwiGLU, kExchange>;
+  }();
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  const DeviceInfo info = device_info(device);
+  static DynamicSmemOptIn smem_opt_in;
+  smem_opt_in.apply(kernel, gemv::kSmemBytes, "gemv shared memory");
+  static PerDeviceInt ctas_per_sm;
+  const int per_sm = ctas_per_sm.get(device, [&] {
+    int n = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, gemv::kSmemBytes), "gemv occupancy");
+    return std::max(n, 1);
+  });
+  // Every CTA the same number of units: with 384 units on 264 slots, 192 CTAs of 2 units finish
+  // together where 264 CTAs of 1 or 2 would leave 120 streaming alone at the end.
+  const int64_t units = gemv::num_units(p);
+  const int64_t slots = static_cast<int64_t>(info.sms) * per_sm;
+  const int64_t units_per_cta = (units + slots - 1) / slots;
+  const int64_t ctas = (units + units_per_cta - 1) / units_per_cta;
+  if (kExchange == GemvExchangeMode::kPush && ctas > kGemvMaxPushCtas) {
+    throw std::runtime_error("cute_ops gemv: a push would run " + std::to_string(ctas) + " CTAs, more than the " +
+                             std::to_string(kGemvMaxPushCtas) + " flags a slot has (gemv_exchange.h)");
+  }
+  if constexpr (kExchange == GemvExchangeMode::kNone) {
+    launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads), gemv::kSmemBytes, stream, p);
+  } else {
+    launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads), gemv::kSmemBytes, stream, p, e);
+  }
+}
+
+}  // namespace
+
 void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams& e) {
   if (p.m == 0 || p.out_cols == 0) return;
-  if (e.mode != GemvExchangeMode::kNone) return gemv::run_gemv_exchange(p, e, stream);
   const bool norm = p.norm_weight != nullptr, residual = p.residual != nullptr;
   const bool swiglu = p.activation == GemvActivation::kSwiGLU;
   auto by_flags = [&](auto tag) {
     using T = decltype(tag);
+    // The exchange's two sides exist in the forms a tensor-parallel layer uses: a push with or
+    // without the residual (o and down), a pull with the norm (qkv and the output projection;
+    // gate/up with SwiGLU). run_gemv's callers (gemv_op.cpp) check for these.
+    if (e.mode == GemvExchangeMode::kPush) {
+      if (norm || swiglu) throw std::invalid_argument("gemv: a push takes no norm and no activation");
+      CUTE_OPS_BOOL_SWITCH(residual, kResidual, [&] {
+        launch<T, false, kResidual, false, GemvExchangeMode::kPush>(p, e, stream);
+      });
+      return;
+    }
+    if (e.mode == GemvExchangeMode::kPull) {
+      if (!norm || residual) throw std::invalid_argument("gemv: a pull takes a norm and no residual");
+      CUTE_OPS_BOOL_SWITCH(swiglu, kSwiGLU, [&] { launch<T, true, false, kSwiGLU, GemvExchangeMode::kPull>(p, e, stream); });
+      return;
+    }
     CUTE_OPS_BOOL_SWITCH(norm, kNorm, [&] {
       CUTE_OPS_BOOL_SWITCH(residual, kResidual, [&] {
-        CUTE_OPS_BOOL_SWITCH(swiglu, kSwiGLU, [&] { gemv::launch<T, kNorm, kResidual, kSwiGLU>(p, e, stream); });
+        CUTE_OPS_BOOL_SWITCH(swiglu, kSwiGLU, [&] { launch<T, kNorm, kResidual, kSwiGLU>(p, e, stream); });
       });
     });
   };

@@ -22,18 +22,11 @@ __device__ __forceinline__ P* at_offset(void* base, int64_t offset) {
   return reinterpret_cast<P*>(static_cast<char*>(base) + offset);
 }
 
-template <typename P>
-__device__ __forceinline__ const P* at_offset(const void* base, int64_t offset) {
-  return reinterpret_cast<const P*>(static_cast<const char*>(base) + offset);
-}
-
-__device__ __forceinline__ uint32_t load_relaxed_sys(const uint32_t* p) {
+__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
   uint32_t v;
-  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-
-__device__ __forceinline__ void fence_acquire_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 
 __device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -45,30 +38,18 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
-// The buffers are indexed by constants only (loops unrolled over kGemvMaxRanks): an index known
-// only at run time would copy the parameters to local memory.
-//
-__device__ __forceinline__ void* exchange_own_buffer(const GemvExchangeParams& e) {
-  void* own = nullptr;
-#pragma unroll
-  for (int r = 0; r < kGemvMaxRanks; ++r) own = r == e.rank ? e.buffers[r] : own;
-  return own;
-}
-
 // Push, after this CTA's rows are stored: raise its flag for the slot in every rank's buffer.
-// Every thread calls it (it holds a barrier). own: this rank's buffer.
+// Every thread calls it (it holds a barrier).
 template <typename T>
-__device__ __forceinline__ void raise_push_flags(const GemvExchangeParams& e, void* own, int hidden) {
+__device__ __forceinline__ void raise_push_flags(const GemvExchangeParams& e, int hidden) {
   const GemvExchangeLayout layout = exchange_layout<T>(e, hidden);
+  void* own = e.buffers[e.rank];
   uint32_t* pushes = at_offset<uint32_t>(own, layout.pushes(e.slot)) + blockIdx.x;
   const uint32_t count = __ldcg(pushes) + 1;  // read by every thread before the barrier, written after it
   if (threadIdx.x < 32) __threadfence_system();  // warp 0 stored the rows: they reach every rank before a flag
   __syncthreads();
-#pragma unroll
-  for (int dest = 0; dest < kGemvMaxRanks; ++dest) {
-    if (dest < e.world && threadIdx.x == dest) {
-      store_release_sys(at_offset<uint32_t>(e.buffers[dest], layout.flags(e.slot, e.rank)) + blockIdx.x, count);
-    }
+  if (threadIdx.x < e.world) {
+    store_release_sys(at_offset<uint32_t>(e.buffers[threadIdx.x], layout.flags(e.slot, e.rank)) + blockIdx.x, count);
   }
   if (threadIdx.x == 0) {
     *pushes = count;
@@ -77,19 +58,18 @@ __device__ __forceinline__ void raise_push_flags(const GemvExchangeParams& e, vo
 }
 
 // Pull, after the wait on the previous kernel (this rank's push of the slot): wait until every
-// rank's CTAs have pushed the slot as many times as this rank's have. Every thread calls it. The
-// flags are polled with relaxed loads and one acquire fence follows (an acquire load each spin
-// would invalidate the SM's L1 each time, under the other CTA's feet).
+// rank's CTAs have pushed the slot as many times as this rank's have. Every thread calls it.
 template <typename T>
-__device__ __forceinline__ void wait_for_pushes(const GemvExchangeParams& e, const void* own, int hidden) {
+__device__ __forceinline__ void wait_for_pushes(const GemvExchangeParams& e, int hidden) {
   const GemvExchangeLayout layout = exchange_layout<T>(e, hidden);
+  void* own = e.buffers[e.rank];
   // Through L2 (ld.cg): counts an earlier kernel wrote, never an L1 line of an earlier step.
-  const uint32_t expected = __ldcg(at_offset<uint32_t>(own, layout.pushes(e.slot)));
-  const int ctas = static_cast<int>(__ldcg(at_offset<uint32_t>(own, layout.grids(e.slot))));
+  const uint32_t expected = __ldcg(at_offset<const uint32_t>(own, layout.pushes(e.slot)));
+  const int ctas = static_cast<int>(__ldcg(at_offset<const uint32_t>(own, layout.grids(e.slot))));
   const uint64_t start = global_ns();
   for (int i = threadIdx.x; i < e.world * ctas; i += blockDim.x) {
-    const uint32_t* flag = at_offset<uint32_t>(own, layout.flags(e.slot, i / ctas)) + i % ctas;
-    for (int spins = 1; static_cast<int32_t>(load_relaxed_sys(flag) - expected) < 0; ++spins) {
+    const uint32_t* flag = at_offset<const uint32_t>(own, layout.flags(e.slot, i / ctas)) + i % ctas;
+    for (int spins = 1; static_cast<int32_t>(load_acquire_sys(flag) - expected) < 0; ++spins) {
       if (spins % 1024 == 0 && global_ns() - start > kExchangeTimeoutNs) {
         printf("cute_ops gemv: rank %d waited %llu s for rank %d's push %u of slot %d; trapping\n", e.rank,
                static_cast<unsigned long long>(kExchangeTimeoutNs / 1000000000ull), i / ctas, expected, e.slot);
@@ -97,24 +77,21 @@ __device__ __forceinline__ void wait_for_pushes(const GemvExchangeParams& e, con
       }
     }
   }
-  fence_acquire_sys();
   __syncthreads();
 }
 
-// Pull: row `token` of rank 0's pushed rows of the slot in this rank's buffer `own`; rank r's is
-// r * kGemvMaxRows * hidden elements further.
+// Pull: x's row `token` of rank `rank`'s pushed rows of the slot.
 template <typename T>
-__device__ __forceinline__ const T* pushed_row(const GemvExchangeParams& e, const void* own, int hidden, int token) {
+__device__ __forceinline__ const T* pushed_row(const GemvExchangeParams& e, int hidden, int rank, int token) {
   const GemvExchangeLayout layout = exchange_layout<T>(e, hidden);
-  return reinterpret_cast<const T*>(static_cast<const char*>(own) + layout.inbox(e.slot, 0)) +
-         static_cast<int64_t>(token) * hidden;
+  return at_offset<const T>(e.buffers[e.rank], layout.inbox(e.slot, rank)) + static_cast<int64_t>(token) * hidden;
 }
 
-// Push: this rank's rows of the slot in rank `dest`'s buffer (a constant dest: see above).
+// Push: where row `row`, column `col` of the output goes in rank `dest`'s buffer.
 template <typename T>
-__device__ __forceinline__ T* push_rows(const GemvExchangeParams& e, int dest, int hidden) {
+__device__ __forceinline__ T* push_target(const GemvExchangeParams& e, int hidden, int dest, int row, int col) {
   const GemvExchangeLayout layout = exchange_layout<T>(e, hidden);
-  return at_offset<T>(e.buffers[dest], layout.inbox(e.slot, e.rank));
+  return at_offset<T>(e.buffers[dest], layout.inbox(e.slot, e.rank)) + static_cast<int64_t>(row) * hidden + col;
 }
 
 }  // namespace cute_ops::gemv

@@ -146,8 +146,8 @@ __device__ __forceinline__ void load_x_step(uint4 (&x)[kChunks], uint4 (&norm_w)
 // acquire of the flags (wait_for_pushes) invalidated this SM's L1, so no line of an earlier step
 // survives, and every line loaded after it holds this step's rows.
 template <typename T>
-__device__ __forceinline__ void load_pulled_x_step(uint4 (&x)[kChunks], const T* row, int64_t rank_stride, int world,
-                                                   int k, int step, int c) {
+__device__ __forceinline__ void load_pulled_x_step(uint4 (&x)[kChunks], const GemvExchangeParams& e, int token, int k,
+                                                   int step, int c) {
   using V = Vec<T, kElemsPerChunk>;
 #pragma unroll
   for (int i = 0; i < kChunks; ++i) {
@@ -157,11 +157,9 @@ __device__ __forceinline__ void load_pulled_x_step(uint4 (&x)[kChunks], const T*
       continue;
     }
     float sum[kElemsPerChunk] = {};
-#pragma unroll
-    for (int r = 0; r < kGemvMaxRanks; ++r) {
-      if (r >= world) break;
+    for (int r = 0; r < e.world; ++r) {
       V v;
-      *reinterpret_cast<uint4*>(&v) = *reinterpret_cast<const uint4*>(row + r * rank_stride + col);
+      *reinterpret_cast<uint4*>(&v) = *reinterpret_cast<const uint4*>(pushed_row<T>(e, k, r, token) + col);
 #pragma unroll
       for (int j = 0; j < kElemsPerChunk; ++j) sum[j] += to_float(v.v[j]);
     }
@@ -235,17 +233,7 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
 
   wait_for_previous_grid();  // x and residual come from the previous kernel
   allow_dependent_launch();
-  // The exchange: this rank's buffer, found once (e.rank is known only at run time), and a pull's
-  // rows of x.
-  void* own = nullptr;
-  const T* pulled_row = nullptr;
-  if constexpr (kExchange != GemvExchangeMode::kNone) {
-    own = exchange_own_buffer(e);
-    if constexpr (kPull) {
-      wait_for_pushes<T>(e, own, p.k);
-      pulled_row = pushed_row<T>(e, own, p.k, token);
-    }
-  }
+  if constexpr (kPull) wait_for_pushes<T>(e, p.k);
 
   int64_t item = 0;
   int buffer = 0;
@@ -258,7 +246,7 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
       copy_item(item + kStages - 1);  // into the stage this lane emptied last item
       uint4 x[kChunks], norm_w[kChunks];
       if constexpr (kPull) {
-        load_pulled_x_step<T>(x, pulled_row, static_cast<int64_t>(kGemvMaxRows) * p.k, e.world, p.k, step, c);
+        load_pulled_x_step<T>(x, e, token, p.k, step, c);
         if constexpr (kNorm) {
 #pragma unroll
           for (int i = 0; i < kChunks; ++i) {
@@ -333,9 +321,8 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
             y = to_float(from_float<T>(y)) + to_float(residual[row * p.residual_row_stride + col]);
           }
           if constexpr (kPush) {
-#pragma unroll
-            for (int dest = 0; dest < kGemvMaxRanks; ++dest) {
-              if (dest < e.world) push_rows<T>(e, dest, p.out_cols)[row * p.out_cols + col] = from_float<T>(y);
+            for (int dest = 0; dest < e.world; ++dest) {
+              *push_target<T>(e, p.out_cols, dest, row, col) = from_float<T>(y);
             }
           } else {
             out[static_cast<int64_t>(row) * p.out_cols + col] = from_float<T>(y);
@@ -345,7 +332,7 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
     }
     buffer ^= 1;
   }
-  if constexpr (kPush) raise_push_flags<T>(e, own, p.out_cols);
+  if constexpr (kPush) raise_push_flags<T>(e, p.out_cols);
 }
 
 template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
