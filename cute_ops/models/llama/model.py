@@ -14,9 +14,9 @@ cache). The ops carry the work:
                down: five launches chained by programmatic dependent launch on Hopper
 
 Over several GPUs (tensor parallelism, parallel.py) each rank holds its heads, its slice of the
-MLP and of the vocabulary; o and down are followed by an all-reduce of their partial sums (in a
-gemv decode step, folded into the gemvs: gemv_push / gemv_pull), and the logits are gathered. One
-rank is the same code with the collectives left out.
+MLP and of the vocabulary; o and down are followed by an all-reduce of their partial sums (NCCL's;
+or, with fold_all_reduce, folded into a gemv decode step's gemvs: gemv_push / gemv_pull), and the
+logits are gathered. One rank is the same code with the collectives left out.
 """
 from __future__ import annotations
 
