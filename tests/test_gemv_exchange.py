@@ -1,6 +1,7 @@
 """gemv_push / gemv_pull (tensor parallelism: the all-reduce folded into the gemvs around it).
 
-CPU: the ops' input rules (Meta impls). GPU (2 GPUs, NCCL): a push on each rank and the pull of
+CPU: the ops' input rules (Meta impls). One GPU: two ranks' buffers in one process. Two GPUs
+(NCCL): a push on each rank and the pull of
 their sum against gemv + torch.distributed.all_reduce + gemv, bit for bit (a two-rank sum is one
 float32 add rounded once either way); many steps over few slots, eager and replayed in a CUDA
 graph with new inputs each replay, so the flags' counts must advance in step.
@@ -48,6 +49,38 @@ def test_push_checks():
         torch.ops.cute_ops.gemv_push(x, w, None, ex, [0, 0], 2, SLOTS, 1)
     with pytest.raises(ValueError, match="exchange has"):  # 3 ranks' layout is larger
         torch.ops.cute_ops.gemv_push(x, w, None, ex, [0, 0, 0], 0, SLOTS, 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("m", [1, 5, 8])
+def test_two_ranks_in_one_process(m):
+    """Both ranks' buffers on one GPU, pushed and pulled from one stream (each push before the pulls
+    that wait for it): the layout, the counts and the sums without a second GPU, over several steps
+    of the same slots, against gemv's partial sums added in float32 and rounded once."""
+    torch.manual_seed(m)
+    dev = "cuda"
+
+    def randn(*shape):
+        return torch.randn(*shape, device=dev).to(torch.bfloat16)
+
+    bufs = [torch.ops.cute_ops.gemv_exchange_buffer(randn(1), SLOTS, 2, HIDDEN) for _ in range(2)]
+    ptrs = [b.data_ptr() for b in bufs]
+    w_push = [randn(HIDDEN, K) * K ** -0.5 for _ in range(2)]  # each rank's columns of a row-parallel weight
+    w_pull, norm = randn(2 * 72, HIDDEN) * HIDDEN ** -0.5, 1 + 0.1 * randn(HIDDEN)
+    for step in range(2 * SLOTS + 1):
+        slot, act = step % SLOTS, ("none", "swiglu")[step % 2]
+        xs, residual = [randn(m, K) for _ in range(2)], randn(m, HIDDEN)
+        for r in range(2):
+            torch.ops.cute_ops.gemv_push(xs[r], w_push[r], residual if r == 0 else None, bufs[r], ptrs, r, SLOTS, slot)
+        parts = [cute_ops.gemv(xs[0], w_push[0], residual=residual), cute_ops.gemv(xs[1], w_push[1])]
+        want_sum = (parts[0].float() + parts[1].float()).to(torch.bfloat16)
+        want = cute_ops.gemv(want_sum, w_pull, norm, 1e-5, activation=act)
+        for r in range(2):
+            kept = torch.empty(m, HIDDEN, dtype=torch.bfloat16, device=dev)
+            got = torch.ops.cute_ops.gemv_pull(bufs[r], 2, r, SLOTS, slot, m, w_pull, norm, 1e-5, act, kept)
+            assert torch.equal(kept, want_sum), f"step {step}, rank {r}: the pulled sum"
+            assert torch.equal(got, want), f"step {step}, rank {r}: the pull's output"
 
 
 def _worker(rank: int, world: int, init: str) -> None:
