@@ -40,6 +40,20 @@ def test_pull_fake_shapes_and_checks():
         torch.ops.cute_ops.gemv_pull(ex, 2, 1, SLOTS, 0, 9, w, nw, 1e-5, "none", None)
 
 
+def test_setup_ops_fake_shapes_and_checks():
+    like = torch.empty(1, dtype=torch.bfloat16, device="meta")
+    buf = torch.ops.cute_ops.gemv_exchange_buffer(like, SLOTS, 2, HIDDEN)
+    assert buf.shape == (_exchange_bytes(SLOTS, 2, HIDDEN),) and buf.dtype == torch.uint8
+    assert torch.ops.cute_ops.gemv_exchange_handle(buf).shape == (64,)
+    assert torch.ops.cute_ops.gemv_exchange_open(buf, torch.zeros(64, dtype=torch.uint8)).shape == buf.shape
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        torch.ops.cute_ops.gemv_exchange_buffer(torch.empty(1, dtype=torch.bfloat16), SLOTS, 2, HIDDEN)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        torch.ops.cute_ops.gemv_exchange_buffer(like, SLOTS, 2, HIDDEN + 4)
+    with pytest.raises(ValueError, match="64 CPU bytes"):
+        torch.ops.cute_ops.gemv_exchange_open(buf, torch.zeros(63, dtype=torch.uint8))
+
+
 def test_push_checks():
     ex = torch.empty(_exchange_bytes(SLOTS, 2, HIDDEN), dtype=torch.uint8, device="meta")
     x = torch.empty(3, K, dtype=torch.bfloat16, device="meta")

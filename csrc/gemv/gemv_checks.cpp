@@ -123,7 +123,46 @@ void check_gemv_push(const at::Tensor& x, const at::Tensor& weight, const std::o
   check_gemv_exchange(op, exchange, x, static_cast<int64_t>(buffers.size()), rank, slots, slot, cols);
 }
 
+GemvExchangeLayout check_gemv_exchange_buffer(const at::Tensor& like, int64_t slots, int64_t world, int64_t hidden) {
+  const char* op = "gemv_exchange_buffer";
+  TORCH_CHECK_VALUE(like.is_cuda() || like.is_meta(), op, ": like must be a CUDA tensor (on the GPU of the "
+                    "exchanged rows), got device ", like.device());
+  check_dtype_in(like, {at::kHalf, at::kBFloat16}, op, "like");
+  TORCH_CHECK_VALUE(slots >= 1 && world >= 1 && world <= kGemvMaxRanks && hidden >= 8 && hidden % 8 == 0, op,
+                    ": need slots >= 1, 1 <= world <= ", kGemvMaxRanks, " and hidden a positive multiple of 8, got ",
+                    slots, ", ", world, ", ", hidden);
+  return GemvExchangeLayout{slots, world, hidden, static_cast<int64_t>(c10::elementSize(like.scalar_type()))};
+}
+
+void check_gemv_exchange_handle(const at::Tensor& buffer) {
+  TORCH_CHECK_VALUE((buffer.is_cuda() || buffer.is_meta()) && buffer.scalar_type() == at::kByte && buffer.dim() == 1,
+                    "gemv_exchange_handle: buffer must be the uint8 CUDA tensor of gemv_exchange_buffer");
+}
+
+void check_gemv_exchange_open(const at::Tensor& buffer, const at::Tensor& handle) {
+  check_gemv_exchange_handle(buffer);
+  TORCH_CHECK_VALUE(handle.device().is_cpu() && handle.scalar_type() == at::kByte &&
+                    handle.numel() == kGemvIpcHandleBytes && handle.is_contiguous(),
+                    "gemv_exchange_open: handle must be the ", kGemvIpcHandleBytes,
+                    " CPU bytes of gemv_exchange_handle");
+}
+
 namespace {
+
+at::Tensor gemv_exchange_buffer_meta(const at::Tensor& like, int64_t slots, int64_t world, int64_t hidden) {
+  const GemvExchangeLayout layout = check_gemv_exchange_buffer(like, slots, world, hidden);
+  return at::empty({layout.bytes()}, like.options().dtype(at::kByte));
+}
+
+at::Tensor gemv_exchange_handle_meta(const at::Tensor& buffer) {
+  check_gemv_exchange_handle(buffer);
+  return at::empty({kGemvIpcHandleBytes}, at::TensorOptions().dtype(at::kByte));  // on the CPU, as the op's
+}
+
+at::Tensor gemv_exchange_open_meta(const at::Tensor& buffer, const at::Tensor& handle) {
+  check_gemv_exchange_open(buffer, handle);
+  return at::empty_like(buffer);
+}
 
 at::Tensor gemv_meta(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& norm_weight,
                      double eps, const std::optional<at::Tensor>& residual, std::string activation) {
@@ -150,12 +189,18 @@ TORCH_LIBRARY_IMPL(cute_ops, Meta, m) {
   m.impl("gemv", &gemv_meta);
   m.impl("gemv_pull", &gemv_pull_meta);
   m.impl("gemv_push", &gemv_push_meta);
+  m.impl("gemv_exchange_buffer", &gemv_exchange_buffer_meta);
+  m.impl("gemv_exchange_handle", &gemv_exchange_handle_meta);
+  m.impl("gemv_exchange_open", &gemv_exchange_open_meta);
 }
 
+// CPU: the checks' messages (a CPU `like` or buffer is refused by them).
 TORCH_LIBRARY_IMPL(cute_ops, CPU, m) {
   m.impl("gemv", &gemv_meta);
   m.impl("gemv_pull", &gemv_pull_meta);
   m.impl("gemv_push", &gemv_push_meta);
+  m.impl("gemv_exchange_buffer", &gemv_exchange_buffer_meta);
+  m.impl("gemv_exchange_handle", &gemv_exchange_handle_meta);
 }
 
 }  // namespace cute_ops

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "gemv/gemv_exchange.h"
+
 namespace cute_ops {
 
 // Checks every input; returns the output's column count (weight rows, halved for "swiglu").
@@ -20,6 +22,10 @@ c10::SymInt check_gemv(const at::Tensor& x, const at::Tensor& weight, const std:
 c10::SymInt check_gemv_pull(const at::Tensor& exchange, int64_t world, int64_t rank, int64_t slots, int64_t slot,
                             int64_t m, const at::Tensor& weight, const at::Tensor& norm_weight, double eps,
                             const std::string& activation, const std::optional<at::Tensor>& x_sum);
+// The exchange's setup ops: a rank's buffer (returns its layout), its IPC handle, a peer's mapping.
+GemvExchangeLayout check_gemv_exchange_buffer(const at::Tensor& like, int64_t slots, int64_t world, int64_t hidden);
+void check_gemv_exchange_handle(const at::Tensor& buffer);
+void check_gemv_exchange_open(const at::Tensor& buffer, const at::Tensor& handle);
 void check_gemv_push(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& residual,
                      const at::Tensor& exchange, c10::IntArrayRef buffers, int64_t rank, int64_t slots, int64_t slot);
 

@@ -43,6 +43,8 @@ namespace cute_ops {
 constexpr int kGemvMaxRanks = 8;
 // CTAs of a pushing gemv (one flag each): more than any Hopper GPU runs at once (2 an SM).
 constexpr int kGemvMaxPushCtas = 1024;
+// Bytes of a CUDA IPC memory handle (cudaIpcMemHandle_t; gemv_op.cpp asserts it).
+constexpr int kGemvIpcHandleBytes = 64;
 
 // Byte offsets of the parts of one rank's exchange buffer: `slots` slots of `hidden` columns over
 // `world` ranks, elements of `elem_bytes`. Every rank's buffer has this layout.

@@ -94,16 +94,12 @@ void gemv_push(const at::Tensor& x, const at::Tensor& weight, const std::optiona
   run_gemv(p, current_stream(x), e);
 }
 
+static_assert(sizeof(cudaIpcMemHandle_t) == kGemvIpcHandleBytes, "gemv_exchange.h's handle size");
+
 // A rank's exchange buffer: its own cudaMalloc allocation (CUDA IPC maps whole allocations; the
 // caching allocator's blocks are parts of larger ones), zeroed before any rank can see it.
 at::Tensor gemv_exchange_buffer(const at::Tensor& like, int64_t slots, int64_t world, int64_t hidden) {
-  TORCH_CHECK_VALUE(like.is_cuda() && (like.scalar_type() == at::kHalf || like.scalar_type() == at::kBFloat16),
-                    "gemv_exchange_buffer: like must be a float16/bfloat16 CUDA tensor (the dtype and device of the "
-                    "exchanged rows)");
-  TORCH_CHECK_VALUE(slots >= 1 && world >= 1 && world <= kGemvMaxRanks && hidden >= 8 && hidden % 8 == 0,
-                    "gemv_exchange_buffer: need slots >= 1, 1 <= world <= ", kGemvMaxRanks,
-                    " and hidden a positive multiple of 8, got ", slots, ", ", world, ", ", hidden);
-  const GemvExchangeLayout layout{slots, world, hidden, static_cast<int64_t>(c10::elementSize(like.scalar_type()))};
+  const GemvExchangeLayout layout = check_gemv_exchange_buffer(like, slots, world, hidden);
   const c10::cuda::CUDAGuard guard(like.device());
   void* ptr = nullptr;
   check_cuda(cudaMalloc(&ptr, layout.bytes()), "gemv_exchange_buffer: cudaMalloc");
@@ -115,8 +111,7 @@ at::Tensor gemv_exchange_buffer(const at::Tensor& like, int64_t slots, int64_t w
 
 // The CUDA IPC handle of a buffer from gemv_exchange_buffer, as CPU bytes for the other ranks.
 at::Tensor gemv_exchange_handle(const at::Tensor& buffer) {
-  TORCH_CHECK_VALUE(buffer.is_cuda() && buffer.scalar_type() == at::kByte, "gemv_exchange_handle: buffer must be "
-                    "the uint8 CUDA tensor of gemv_exchange_buffer");
+  check_gemv_exchange_handle(buffer);
   const c10::cuda::CUDAGuard guard(buffer.device());
   cudaIpcMemHandle_t handle;
   check_cuda(cudaIpcGetMemHandle(&handle, buffer.data_ptr()), "gemv_exchange_handle: cudaIpcGetMemHandle");
@@ -128,10 +123,8 @@ at::Tensor gemv_exchange_handle(const at::Tensor& buffer) {
 // Another rank's buffer mapped into this process on this rank's device (`buffer`: its own, of the
 // same size); unmapped when the returned tensor is freed.
 at::Tensor gemv_exchange_open(const at::Tensor& buffer, const at::Tensor& handle) {
+  check_gemv_exchange_open(buffer, handle);
   cudaIpcMemHandle_t h;
-  TORCH_CHECK_VALUE(handle.device().is_cpu() && handle.scalar_type() == at::kByte &&
-                    handle.numel() == static_cast<int64_t>(sizeof(h)) && handle.is_contiguous(),
-                    "gemv_exchange_open: handle must be the ", sizeof(h), " CPU bytes of gemv_exchange_handle");
   std::memcpy(&h, handle.data_ptr(), sizeof(h));
   const c10::cuda::CUDAGuard guard(buffer.device());
   void* ptr = nullptr;
