@@ -14,31 +14,51 @@ namespace cute_ops {
 
 namespace {
 
+// The fields of a launch that come with the weight [n, k]: m rows of x, `cols` outputs.
+GemvParams weight_params(const at::Tensor& weight, const at::Tensor* norm_weight, double eps,
+                         const std::string& activation, int64_t m, int64_t cols, const char* op) {
+  GemvParams p{};
+  p.weight = weight.data_ptr();
+  p.norm_weight = norm_weight ? norm_weight->data_ptr() : nullptr;
+  p.m = static_cast<int>(m);
+  p.k = static_cast<int>(weight.size(1));
+  p.n = static_cast<int>(weight.size(0));
+  p.out_cols = static_cast<int>(cols);
+  p.eps = static_cast<float>(eps);
+  p.activation = activation == "swiglu" ? GemvActivation::kSwiGLU : GemvActivation::kNone;
+  p.dtype = to_dtype(weight.scalar_type(), op, "weight");  // x's too (the checks compare them)
+  return p;
+}
+
+// x and the residual, for the calls that read x from memory (gemv, gemv_push; a pull sums it).
+void set_inputs(GemvParams& p, const at::Tensor& x, const std::optional<at::Tensor>& residual) {
+  p.x = x.data_ptr();
+  p.x_row_stride = x.stride(0);
+  p.residual = residual ? residual->data_ptr() : nullptr;
+  p.residual_row_stride = residual ? residual->stride(0) : 0;
+}
+
 at::Tensor gemv(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& norm_weight,
                 double eps, const std::optional<at::Tensor>& residual, std::string activation) {
   const int64_t cols = check_gemv(x, weight, norm_weight, eps, residual, activation).expect_int();
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out = at::empty({x.size(0), cols}, x.options());
-  GemvParams p{};
+  GemvParams p = weight_params(weight, norm_weight ? &*norm_weight : nullptr, eps, activation, x.size(0), cols, "gemv");
+  set_inputs(p, x, residual);
   p.out = out.data_ptr();
-  p.x = x.data_ptr();
-  p.weight = weight.data_ptr();
-  p.norm_weight = norm_weight ? norm_weight->data_ptr() : nullptr;
-  p.residual = residual ? residual->data_ptr() : nullptr;
-  p.m = static_cast<int>(x.size(0));
-  p.k = static_cast<int>(x.size(1));
-  p.n = static_cast<int>(weight.size(0));
-  p.out_cols = static_cast<int>(cols);
-  p.x_row_stride = x.stride(0);
-  p.residual_row_stride = residual ? residual->stride(0) : 0;
-  p.eps = static_cast<float>(eps);
-  p.activation = activation == "swiglu" ? GemvActivation::kSwiGLU : GemvActivation::kNone;
-  p.dtype = to_dtype(x.scalar_type(), "gemv", "x");
   run_gemv(p, current_stream(x));
   return out;
 }
 
 // ---- tensor parallelism: the exchange (gemv_exchange.h)
+
+GemvExchangeParams exchange_params(GemvExchangeMode mode, int64_t world, int64_t rank, int64_t slots, int64_t slot) {
+  GemvExchangeParams e;
+  e.mode = mode;
+  e.world = static_cast<int>(world), e.rank = static_cast<int>(rank);
+  e.slots = static_cast<int>(slots), e.slot = static_cast<int>(slot);
+  return e;
+}
 
 at::Tensor gemv_pull(const at::Tensor& exchange, int64_t world, int64_t rank, int64_t slots, int64_t slot, int64_t m,
                      const at::Tensor& weight, const at::Tensor& norm_weight, double eps, std::string activation,
@@ -47,22 +67,10 @@ at::Tensor gemv_pull(const at::Tensor& exchange, int64_t world, int64_t rank, in
                                        x_sum).expect_int();
   const c10::cuda::CUDAGuard guard(weight.device());
   at::Tensor out = at::empty({m, cols}, weight.options());
-  GemvParams p{};
-  GemvExchangeParams e;
+  GemvParams p = weight_params(weight, &norm_weight, eps, activation, m, cols, "gemv_pull");
   p.out = out.data_ptr();
-  p.weight = weight.data_ptr();
-  p.norm_weight = norm_weight.data_ptr();
-  p.m = static_cast<int>(m);
-  p.k = static_cast<int>(weight.size(1));
-  p.n = static_cast<int>(weight.size(0));
-  p.out_cols = static_cast<int>(cols);
-  p.eps = static_cast<float>(eps);
-  p.activation = activation == "swiglu" ? GemvActivation::kSwiGLU : GemvActivation::kNone;
-  p.dtype = to_dtype(weight.scalar_type(), "gemv_pull", "weight");
-  e.mode = GemvExchangeMode::kPull;
+  GemvExchangeParams e = exchange_params(GemvExchangeMode::kPull, world, rank, slots, slot);
   e.buffers[rank] = exchange.data_ptr();  // a pull reads its own buffer only
-  e.world = static_cast<int>(world), e.rank = static_cast<int>(rank);
-  e.slots = static_cast<int>(slots), e.slot = static_cast<int>(slot);
   e.x_sum = x_sum ? x_sum->data_ptr() : nullptr;
   run_gemv(p, current_stream(weight), e);
   return out;
@@ -74,23 +82,11 @@ void gemv_push(const at::Tensor& x, const at::Tensor& weight, const std::optiona
   TORCH_CHECK_VALUE(buffers[rank] == reinterpret_cast<int64_t>(exchange.data_ptr()),
                     "gemv_push: buffers[rank] must be this rank's exchange buffer");
   const c10::cuda::CUDAGuard guard(x.device());
-  GemvParams p{};
-  GemvExchangeParams e;
-  p.x = x.data_ptr();
-  p.weight = weight.data_ptr();
-  p.residual = residual ? residual->data_ptr() : nullptr;
-  p.m = static_cast<int>(x.size(0));
-  p.k = static_cast<int>(x.size(1));
-  p.n = static_cast<int>(weight.size(0));
-  p.out_cols = p.n;
-  p.x_row_stride = x.stride(0);
-  p.residual_row_stride = residual ? residual->stride(0) : 0;
-  p.activation = GemvActivation::kNone;
-  p.dtype = to_dtype(x.scalar_type(), "gemv_push", "x");
-  e.mode = GemvExchangeMode::kPush;
-  for (size_t r = 0; r < buffers.size(); ++r) e.buffers[r] = reinterpret_cast<void*>(buffers[r]);
-  e.world = static_cast<int>(buffers.size()), e.rank = static_cast<int>(rank);
-  e.slots = static_cast<int>(slots), e.slot = static_cast<int>(slot);
+  GemvParams p = weight_params(weight, nullptr, 0.0, "none", x.size(0), weight.size(0), "gemv_push");
+  set_inputs(p, x, residual);
+  const int64_t world = static_cast<int64_t>(buffers.size());
+  GemvExchangeParams e = exchange_params(GemvExchangeMode::kPush, world, rank, slots, slot);
+  for (int64_t r = 0; r < world; ++r) e.buffers[r] = reinterpret_cast<void*>(buffers[r]);
   run_gemv(p, current_stream(x), e);
 }
 
