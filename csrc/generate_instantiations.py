@@ -29,9 +29,9 @@ For each family it writes:
       build compiles it into torch_bindings.cpp, whose supported_configs() op hands the JSON to
       Python (cute_ops/_library.py), which therefore restates none of the sets.
 
-Architectures: an instantiation's arch is the kind of code it runs (today every family has only
-"sm80": mma.sync/cp.async code, compiled for both sm_80 and sm_90a, that runs on compute capability
-8.x and newer). The dispatch tries a family's architectures in the order of its `impls`, newest
+Architectures: an instantiation's arch is the kind of code it runs: "sm80" is mma.sync/cp.async
+code, compiled for both sm_80 and sm_90a, that runs on compute capability 8.x and newer; "sm90"
+(gemm_pair so far) is wgmma/TMA code that runs on 9.x only. The dispatch tries a family's architectures in the order of its `impls`, newest
 first, and takes the first whose `runs_on` condition holds for the current device and that has
 the key; so a family with an sm90 path and an sm80 one runs sm90 code on 9.x devices and falls
 back to sm80 for keys the sm90 path lacks (or when a build omits it). Adding an architecture to a
@@ -192,8 +192,11 @@ FAMILIES = [
             # the occupancy query compiles the kernel's launch config, so it lives with the kernel
             "ctas_per_sm": EntryPoint("int", "", ""),
         },
-        impls=(Impl("sm80", "gemm_pair/gemm_pair_launch.h",
-                    {"run": "run_gemm_pair_", "ctas_per_sm": "gemm_pair_ctas_per_sm_"}),),
+        impls=(Impl("sm90", "gemm_pair/gemm_pair_launch_sm90.h",
+                    {"run": "run_gemm_pair_sm90_", "ctas_per_sm": "gemm_pair_ctas_per_sm_sm90_"},
+                    values={"block_m": (64, 128)}),
+               Impl("sm80", "gemm_pair/gemm_pair_launch.h",
+                    {"run": "run_gemm_pair_", "ctas_per_sm": "gemm_pair_ctas_per_sm_"})),
         file_tags=("block_m", "dtype"),
     ),
 ]

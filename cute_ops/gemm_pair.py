@@ -23,7 +23,7 @@ GATE_BLOCK = 64
 def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: str = "swiglu",
               policy: str = "sequential", granularity: str = "tile", split_k0: int | None = None,
               split_k1: int | None = None, block_m: int | None = None, lag: int | None = None,
-              separate_launches: bool = False) -> torch.Tensor:
+              separate_launches: bool = False, arch: str = "auto") -> torch.Tensor:
     """``act(a @ b0.T) @ b1.T`` as one kernel launch: the second GEMM's tiles start as soon as the
     first GEMM's tiles they read are done (no tail wave between the GEMMs, h read back from L2).
 
@@ -51,6 +51,10 @@ def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: s
         separate_launches: run the same tiles as two launches, GEMM0's then GEMM1's, ordered by
             the stream instead of by flags: the control that isolates what the one-launch
             scheduler gains. ``policy`` is then ignored.
+        arch: the kernels' kind. ``"auto"`` runs the sm90 kernels (wgmma, TMA, warp-specialised) on
+            compute capability 9.x where they have the tile config (block_m 64 and 128), and the
+            sm80 ones (mma.sync, cp.async) otherwise; ``"sm80"`` or ``"sm90"`` forces one (tests,
+            A/B). With ``"sm90"``, ``split_k0`` must be a multiple of 64.
 
     Returns:
         ``[..., n1]``, a's dtype. Accumulation is float32; h is rounded to a's dtype once (after the
@@ -70,7 +74,7 @@ def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: s
     out = torch.ops.cute_ops.gemm_pair(a2, b0, b1, activation, policy, granularity,
                                        -1 if split_k0 is None else split_k0,
                                        -1 if split_k1 is None else split_k1, block_m or 0,
-                                       -1 if lag is None else lag, separate_launches)
+                                       -1 if lag is None else lag, separate_launches, arch)
     return out.reshape(*lead, b1.shape[0])
 
 
@@ -106,13 +110,17 @@ def unpack_gate_up(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def fused_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, policy: str = "sequential",
-              granularity: str = "tile", split_k1: int | None = None, split_k0: int | None = None) -> torch.Tensor:
+              granularity: str = "tile", split_k1: int | None = None, split_k0: int | None = None,
+              arch: str = "auto") -> torch.Tensor:
     """LLaMA's MLP, ``down(silu(gate(x)) * up(x))``, as one gemm_pair launch.
 
     Args:
         x: ``[..., H]``.
         w_gate_up: ``pack_gate_up(w_gate, w_up)``, ``[2I, H]``.
         w_down: ``[H_out, I]`` (``nn.Linear`` layout).
+
+    The other arguments are :func:`gemm_pair`'s.
     """
-    return gemm_pair(x, w_gate_up, w_down, "swiglu", policy, granularity, split_k0=split_k0, split_k1=split_k1)
+    return gemm_pair(x, w_gate_up, w_down, "swiglu", policy, granularity, split_k0=split_k0, split_k1=split_k1,
+                     arch=arch)
 

@@ -5,6 +5,7 @@ a few SMs held, in CUDA graphs and torch.compile; and the first call for a shape
 upload) neither waiting for the stream nor breaking a graph capture."""
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
@@ -38,6 +39,33 @@ HIDDEN, INTER, OUT = 264, 200, 136
 ERROR_K = 2
 POLICY_GRANULARITIES = [("sequential", "tile"), ("sequential", "row"), ("row_interleaved", "tile"),
                         ("row_interleaved", "row"), ("overlap", "tile")]
+# Every GPU test runs once per kernel kind, forced through the ops' `arch` argument (the
+# kernel_arch fixture below); the sm90 kernels exist for these tile configs only.
+KERNEL_ARCHS = ["sm80", "sm90"]
+SM90_BLOCK_MS = (64, 128)
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.definition.get_closest_marker("gpu"):
+        metafunc.parametrize("kernel_arch", KERNEL_ARCHS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def kernel_arch(request, monkeypatch):
+    """The kernel kind of a GPU test: cute_ops.gemm_pair and fused_mlp (which calls it) run with
+    `arch` forced to it. The sm90 kinds skip, saying why, on a GPU that is not compute capability
+    9.x; CPU tests are not parametrized (None)."""
+    arch = getattr(request, "param", None)
+    if arch is None:
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    if arch == "sm90" and major != 9:
+        pytest.skip(f"the sm90 gemm_pair kernels run on compute capability 9.x only; this GPU is {major}.{minor}")
+    module = sys.modules["cute_ops.gemm_pair"]
+    forced = functools.partial(module.gemm_pair, arch=arch)
+    monkeypatch.setattr(module, "gemm_pair", forced)
+    monkeypatch.setattr(cute_ops, "gemm_pair", forced)
+    return arch
 
 
 def _meta(*shape, dtype=torch.bfloat16):
@@ -245,8 +273,13 @@ def test_reference_check_fails_a_small_bug(dtype, bug):
 @pytest.mark.parametrize("policy, granularity", POLICY_GRANULARITIES)
 @pytest.mark.parametrize("split_k0, split_k1", [(None, None), (0, 0), (0, 64), (72, 64), (128, None)])
 @pytest.mark.parametrize("m", M_SIZES)
-def test_every_policy_and_granularity(m, policy, granularity, split_k0, split_k1):
-    # split_k0 = 72 leaves K = 264 in splits of 72, 72, 72 and 48 columns (partial K tiles).
+def test_every_policy_and_granularity(m, policy, granularity, split_k0, split_k1, kernel_arch):
+    # split_k0 = 72 leaves K = 264 in splits of 72, 72, 72 and 48 columns (partial K tiles). The
+    # sm90 kernels refuse it (their K tile is 64 columns) and take 192: splits of 192 and 72.
+    if kernel_arch == "sm90" and split_k0 == 72:
+        with pytest.raises(ValueError, match="with arch 'sm90', split_k0 must be a multiple of 64"):
+            cute_ops.gemm_pair(*_problem(m, torch.bfloat16, "swiglu"), split_k0=72)
+        split_k0 = 192
     _check(*_problem(m, torch.bfloat16, "swiglu", inter=456), "swiglu", policy=policy,
            granularity=granularity, split_k0=split_k0, split_k1=split_k1)
 
@@ -255,7 +288,11 @@ def test_every_policy_and_granularity(m, policy, granularity, split_k0, split_k1
 @pytest.mark.parametrize("block_m", [16, 64, 128])
 @pytest.mark.parametrize("lag", [0, 2, 1000])
 @pytest.mark.parametrize("m", [1, 100])
-def test_forced_tile_configs_and_overlap_lag(m, block_m, lag):
+def test_forced_tile_configs_and_overlap_lag(m, block_m, lag, kernel_arch):
+    if kernel_arch == "sm90" and block_m not in SM90_BLOCK_MS:
+        with pytest.raises(ValueError, match=f"this build has no sm90 kernel for float16, block_m {block_m}"):
+            cute_ops.gemm_pair(*_problem(m, torch.float16, "swiglu"), block_m=block_m)
+        return
     _check(*_problem(m, torch.float16, "swiglu"), "swiglu", policy="overlap", block_m=block_m, lag=lag, split_k1=64)
 
 
@@ -410,7 +447,7 @@ SLEEP_CYCLES = 1_000_000_000  # torch.cuda._sleep: 0.5 s at 2 GHz, longer at low
 def test_first_call_for_a_new_shape_does_not_wait_for_the_stream():
     # A serving loop meets a batch size it has not seen: building and uploading that shape's tile
     # order must not make the host wait for the work already queued on the stream.
-    kw = dict(block_m=16, split_k0=0, split_k1=64)
+    kw = dict(split_k0=0, split_k1=64)
     a, b0, b1 = _problem(5, torch.bfloat16, "swiglu")
     cute_ops.gemm_pair(a, b0, b1, **kw)  # loads this kernel; creates the upload stream and staging buffer
     b1_new = _fresh_b1(b1)
@@ -452,7 +489,7 @@ def test_first_call_on_another_thread_does_not_break_a_capture():
     # While the main thread captures a graph in global mode (PyTorch's default, under which any
     # thread's capture-unsafe CUDA call invalidates the capture), another thread makes the first
     # call for a table: its cudaMalloc, pinned staging and event waits run in relaxed capture mode.
-    kw = dict(block_m=16, split_k0=0, split_k1=64)
+    kw = dict(split_k0=0, split_k1=64)
     a, b0, b1 = _problem(5, torch.bfloat16, "swiglu")
     b1_other = _fresh_b1(b1)
     side, capturing = torch.cuda.Stream(), torch.cuda.Stream()

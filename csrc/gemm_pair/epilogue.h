@@ -49,11 +49,15 @@ __device__ __forceinline__ uint4 pack8(const float (&v)[8]) {
                     pack2<Element>(v[6], v[7]));
 }
 
-// kNThreads: the threads that run the epilogue (every thread of the CTA on SM80).
-template <typename Element_, int kBlockM_, int kBlockN_, int kNThreads_>
+// kNThreads: the threads that run the epilogue, threadIdx.x kFirstThread .. kFirstThread +
+// kNThreads - 1 (every thread of the CTA on SM80; the consumer warp groups, after the producer's,
+// on SM90).
+template <typename Element_, int kBlockM_, int kBlockN_, int kNThreads_, int kFirstThread = 0>
 struct Epilogue {
   using Element = Element_;
   static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kNThreads = kNThreads_;
+  // This thread's index among the epilogue's threads.
+  __device__ __forceinline__ static int thread() { return static_cast<int>(threadIdx.x) - kFirstThread; }
   static constexpr int kLd = kBlockN + 4;  // the staging tile's row stride, in floats
   using SmemLayoutC = Layout<Shape<Int<kBlockM>, Int<kBlockN>>, Stride<Int<kLd>, _1>>;
 
@@ -72,7 +76,7 @@ struct Epilogue {
   __device__ __forceinline__ static float* stage(const Acc& acc, SharedStorage& storage, Barrier barrier) {
     Tensor sC = make_tensor(make_smem_ptr(storage.tile.data()), SmemLayoutC{});
     TiledMma tiled_mma;
-    Tensor tCsC = tiled_mma.get_thread_slice(threadIdx.x).partition_C(sC);
+    Tensor tCsC = tiled_mma.get_thread_slice(thread()).partition_C(sC);
     copy(acc, tCsC);
     barrier.sync();
     return storage.tile.data();
@@ -89,7 +93,7 @@ struct Epilogue {
     const int width = min(h_per_tile, p.h_width - col0);  // a multiple of 8 (h_width is)
     const int vecs_per_row = h_per_tile / 8;
     Element* h = static_cast<Element*>(p.h);
-    for (int i = threadIdx.x; i < kBlockM * vecs_per_row; i += kNThreads) {
+    for (int i = thread(); i < kBlockM * vecs_per_row; i += kNThreads) {
       const int r = i / vecs_per_row, c = (i % vecs_per_row) * 8;
       if (r >= rows || c >= width) continue;
       float v[8];
@@ -108,7 +112,7 @@ struct Epilogue {
     const int col0 = tile_n * kBlockN;
     const int width = min(kBlockN, p.n1 - col0);
     Element* out = static_cast<Element*>(p.out);
-    for (int i = threadIdx.x; i < kBlockM * kVecs; i += kNThreads) {
+    for (int i = thread(); i < kBlockM * kVecs; i += kNThreads) {
       const int r = i / kVecs, c = (i % kVecs) * 8;
       if (r >= rows || c >= width) continue;
       float v[8];
@@ -154,7 +158,7 @@ struct Epilogue {
                                                          int* arrived, int splits, Barrier barrier) {
     constexpr int kVecs = kBlockN / 4;
     float* dst = partials + split * split_stride + row0 * ld + col0;
-    for (int i = threadIdx.x; i < kBlockM * kVecs; i += kNThreads) {
+    for (int i = thread(); i < kBlockM * kVecs; i += kNThreads) {
       const int r = i / kVecs, c = (i % kVecs) * 4;
       if (r >= rows || c >= width) continue;
       *reinterpret_cast<float4*>(dst + r * ld + c) =
@@ -178,7 +182,7 @@ struct Epilogue {
                                                       Barrier barrier) {
     constexpr int kVecs = kBlockN / 4;
     const float* base = partials + row0 * ld + col0;
-    for (int i = threadIdx.x; i < kBlockM * kVecs; i += kNThreads) {
+    for (int i = thread(); i < kBlockM * kVecs; i += kNThreads) {
       const int r = i / kVecs, c = (i % kVecs) * 4;
       if (r >= rows || c >= width) continue;
       const float* src = base + r * ld + c;

@@ -13,15 +13,41 @@ namespace cute_ops {
 
 namespace {
 
+using gemm_pair::Arch;
+
 DType dtype_of(bool is_bf16) { return is_bf16 ? DType::kBFloat16 : DType::kFloat16; }
+
+const char* arch_name(Arch arch) { return arch == Arch::kSm90 ? "sm90" : arch == Arch::kSm80 ? "sm80" : "auto"; }
 
 // Reached for a block_m outside the supported set (the op accepts 0 or one of them, and picks
 // only those), a build that left the instantiation out (CUTE_OPS_OMIT_*), or a device older than
 // every architecture built.
-[[noreturn]] void no_kernel(int block_m, bool is_bf16, int major) {
-  throw std::invalid_argument(std::string("gemm_pair: this build has no kernel for ") + dtype_name(dtype_of(is_bf16)) +
-                              ", block_m " + std::to_string(block_m) + " on a device of compute capability " +
-                              std::to_string(major) + ".x");
+[[noreturn]] void no_kernel(int block_m, bool is_bf16, Arch arch, int major) {
+  throw std::invalid_argument(std::string("gemm_pair: this build has no ") +
+                              (arch == Arch::kAuto ? "" : std::string(arch_name(arch)) + " ") + "kernel for " +
+                              dtype_name(dtype_of(is_bf16)) + ", block_m " + std::to_string(block_m) +
+                              " on a device of compute capability " + std::to_string(major) + ".x");
+}
+
+// Calls visit with the instantiation that a call asking for `arch` runs: the dispatch sees the
+// device as compute capability 8.x when sm80 is forced, so it passes the sm90 kernels by; a
+// forced sm90 takes no sm80 kernel in their place.
+template <typename Visit>
+void visit_kernel(int block_m, bool is_bf16, Arch arch, Visit&& visit) {
+  const int major = gemm_pair_dispatch::current_major();
+  if (arch == Arch::kSm90 && major != 9) {
+    throw std::invalid_argument("gemm_pair: arch \"sm90\" runs on devices of compute capability 9.x only, this one is " +
+                                std::to_string(major) + ".x");
+  }
+  bool ok = false;
+  gemm_pair_dispatch::dispatch(arch == Arch::kSm80 ? 8 : major, dtype_of(is_bf16), block_m, [&](auto kernel) {
+    using Kernel = decltype(kernel);
+    const Arch kind = std::string(Kernel::kArch) == "sm90" ? Arch::kSm90 : Arch::kSm80;
+    if (arch != Arch::kAuto && kind != arch) return;
+    ok = true;
+    visit(kernel, kind);
+  });
+  if (!ok) no_kernel(block_m, is_bf16, arch, major);
 }
 
 }  // namespace
@@ -30,22 +56,20 @@ bool gemm_pair_supports_block_m(int block_m) {
   return supported::gemm_pair::contains(supported::gemm_pair::kBlockMs, block_m);
 }
 
-int gemm_pair_ctas_per_sm(int block_m, bool is_bf16) {
-  const int major = gemm_pair_dispatch::current_major();
+Arch gemm_pair_resolve_arch(int block_m, bool is_bf16, Arch arch) {
+  Arch resolved = Arch::kAuto;
+  visit_kernel(block_m, is_bf16, arch, [&](auto, Arch kind) { resolved = kind; });
+  return resolved;
+}
+
+int gemm_pair_ctas_per_sm(int block_m, bool is_bf16, Arch arch) {
   int ctas = 0;
-  if (!gemm_pair_dispatch::dispatch(major, dtype_of(is_bf16), block_m,
-                                    [&](auto kernel) { ctas = decltype(kernel)::ctas_per_sm(); })) {
-    no_kernel(block_m, is_bf16, major);
-  }
+  visit_kernel(block_m, is_bf16, arch, [&](auto kernel, Arch) { ctas = decltype(kernel)::ctas_per_sm(); });
   return ctas;
 }
 
-void run_gemm_pair(const GemmPairParams& p, int block_m, cudaStream_t stream) {
-  const int major = gemm_pair_dispatch::current_major();
-  if (!gemm_pair_dispatch::dispatch(major, dtype_of(p.is_bf16), block_m,
-                                    [&](auto kernel) { decltype(kernel)::run(p, stream); })) {
-    no_kernel(block_m, p.is_bf16, major);
-  }
+void run_gemm_pair(const GemmPairParams& p, int block_m, Arch arch, cudaStream_t stream) {
+  visit_kernel(block_m, p.is_bf16, arch, [&](auto kernel, Arch) { decltype(kernel)::run(p, stream); });
 }
 
 }  // namespace cute_ops

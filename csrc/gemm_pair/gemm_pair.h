@@ -49,8 +49,13 @@ struct GemmPairParams {
 // tile width, kGemmPairBlockN, is in tile_order.h (the CPU build's checks need it too).
 bool gemm_pair_supports_block_m(int block_m);
 
-void run_gemm_pair(const GemmPairParams& params, int block_m, cudaStream_t stream);
-// CTAs of the (block_m, dtype) config that fit on one SM of the current device.
-int gemm_pair_ctas_per_sm(int block_m, bool is_bf16);
+// The kind of kernel (gemm_pair::Arch, not kAuto) that a call of this tile config runs on the
+// current device when it asks for `arch`; throws when there is none (a forced kind the device
+// cannot run or the build lacks, a block_m that kind has no kernel for).
+gemm_pair::Arch gemm_pair_resolve_arch(int block_m, bool is_bf16, gemm_pair::Arch arch);
+// `arch` resolved (gemm_pair_resolve_arch), not kAuto.
+void run_gemm_pair(const GemmPairParams& params, int block_m, gemm_pair::Arch arch, cudaStream_t stream);
+// CTAs of the (block_m, dtype) config of kind `arch` (resolved) that fit on one SM of the current device.
+int gemm_pair_ctas_per_sm(int block_m, bool is_bf16, gemm_pair::Arch arch);
 
 }  // namespace cute_ops

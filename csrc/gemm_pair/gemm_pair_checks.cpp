@@ -43,8 +43,9 @@ void check_weight(const at::Tensor& t, const at::Tensor& a, const char* name) {
 
 at::Tensor gemm_pair_meta(const at::Tensor& a, const at::Tensor& b0, const at::Tensor& b1,
                           const std::string& activation, const std::string& policy, const std::string& granularity,
-                          int64_t split_k0, int64_t split_k1, int64_t block_m, int64_t lag, bool separate_launches) {
-  check_gemm_pair(a, b0, b1, activation, policy, granularity, split_k0, split_k1, block_m, lag);
+                          int64_t split_k0, int64_t split_k1, int64_t block_m, int64_t lag, bool separate_launches,
+                          const std::string& arch) {
+  check_gemm_pair(a, b0, b1, activation, policy, granularity, split_k0, split_k1, block_m, lag, arch);
   return at::empty_symint({a.sym_size(0), b1.sym_size(0)}, a.options());
 }
 
@@ -54,7 +55,7 @@ void hold_sms_meta(const at::Tensor& control, int64_t num_ctas) { check_hold_sms
 
 void check_gemm_pair(const at::Tensor& a, const at::Tensor& b0, const at::Tensor& b1, const std::string& activation,
                      const std::string& policy, const std::string& granularity, int64_t split_k0, int64_t split_k1,
-                     int64_t block_m, int64_t lag) {
+                     int64_t block_m, int64_t lag, const std::string& arch) {
   // a [m, k]: fp16/bf16 (the dtypes with kernels), rows of whole 16-byte vectors.
   check_device(a, a, kOp, "a", "a");
   check_dtype_in(a, sets::kDtypes, kOp, "a");
@@ -104,6 +105,13 @@ void check_gemm_pair(const at::Tensor& a, const at::Tensor& b0, const at::Tensor
                     ": block_m must be 0 (None: automatic) or one of (", join_values(sets::kBlockMs), "), got ",
                     block_m);
   TORCH_CHECK_VALUE(lag >= -1, kOp, ": lag must be -1 (None: automatic) or >= 0, got ", lag);
+
+  // The kernels' kind. Whether the device runs it, and the build has it for this block_m, is the
+  // dispatch's to say (gemm_pair.cu); the sm90 kernels' K tiles are the checks'.
+  static constexpr const char* kArchs[] = {"auto", "sm80", "sm90"};
+  check_choice(arch, kArchs, "arch");
+  TORCH_CHECK_VALUE(arch != "sm90" || split_k0 <= 0 || split_k0 % gemm_pair::kSm90SplitStep == 0, kOp, ": with arch 'sm90', ",
+                    "split_k0 must be a multiple of ", gemm_pair::kSm90SplitStep, " (the kernels' K tile), got ", split_k0);
 }
 
 void check_hold_sms(const at::Tensor& control, int64_t num_ctas) {

@@ -12,7 +12,7 @@ namespace cute_ops {
 // automatic block_m.
 void check_gemm_pair(const at::Tensor& a, const at::Tensor& b0, const at::Tensor& b1, const std::string& activation,
                      const std::string& policy, const std::string& granularity, int64_t split_k0, int64_t split_k1,
-                     int64_t block_m, int64_t lag);
+                     int64_t block_m, int64_t lag, const std::string& arch);
 
 // All but the upper bound on num_ctas (the device's SM count), which the CUDA impl checks.
 void check_hold_sms(const at::Tensor& control, int64_t num_ctas);

@@ -13,6 +13,22 @@
 
 namespace cute_ops {
 
+// sm90 (gemm_pair/gemm_pair_launch_sm90.h): SM90 code (wgmma, TMA): runs on 9.x only.
+template <typename Element, int kBlockM>
+void run_gemm_pair_sm90_(const GemmPairParams& p, cudaStream_t stream);
+template <typename Element, int kBlockM>
+int gemm_pair_ctas_per_sm_sm90_();
+#ifndef CUTE_OPS_OMIT_GEMM_PAIR_SM90
+extern template void run_gemm_pair_sm90_<cutlass::half_t, 64>(const GemmPairParams& p, cudaStream_t stream);
+extern template int gemm_pair_ctas_per_sm_sm90_<cutlass::half_t, 64>();
+extern template void run_gemm_pair_sm90_<cutlass::half_t, 128>(const GemmPairParams& p, cudaStream_t stream);
+extern template int gemm_pair_ctas_per_sm_sm90_<cutlass::half_t, 128>();
+extern template void run_gemm_pair_sm90_<cutlass::bfloat16_t, 64>(const GemmPairParams& p, cudaStream_t stream);
+extern template int gemm_pair_ctas_per_sm_sm90_<cutlass::bfloat16_t, 64>();
+extern template void run_gemm_pair_sm90_<cutlass::bfloat16_t, 128>(const GemmPairParams& p, cudaStream_t stream);
+extern template int gemm_pair_ctas_per_sm_sm90_<cutlass::bfloat16_t, 128>();
+#endif  // CUTE_OPS_OMIT_GEMM_PAIR_SM90
+
 // sm80 (gemm_pair/gemm_pair_launch.h): SM80 code (mma.sync, cp.async), compiled for sm_80 and sm_90a:
 // runs on 8.x and newer.
 template <typename Element, int kBlockM>
@@ -36,6 +52,14 @@ extern template int gemm_pair_ctas_per_sm_<cutlass::bfloat16_t, 128>();
 
 namespace gemm_pair_dispatch {
 
+// The entry points of one sm90 instantiation, as dispatch() hands them to its visitor.
+template <typename Element, int kBlockM>
+struct Sm90 {
+  static constexpr const char* kArch = "sm90";
+  static void run(const GemmPairParams& p, cudaStream_t stream) { return run_gemm_pair_sm90_<Element, kBlockM>(p, stream); }
+  static int ctas_per_sm() { return gemm_pair_ctas_per_sm_sm90_<Element, kBlockM>(); }
+};
+
 // The entry points of one sm80 instantiation, as dispatch() hands them to its visitor.
 template <typename Element, int kBlockM>
 struct Sm80 {
@@ -56,6 +80,26 @@ inline int current_major() {
 // `major`.x, trying the architectures newest first; false when this build has none.
 template <typename Visit>
 bool dispatch(int major, DType dtype, int block_m, Visit&& visit) {
+#ifndef CUTE_OPS_OMIT_GEMM_PAIR_SM90
+  if (major == 9) {
+    if (dtype == DType::kFloat16 && block_m == 64) {
+      visit(Sm90<cutlass::half_t, 64>{});
+      return true;
+    }
+    if (dtype == DType::kFloat16 && block_m == 128) {
+      visit(Sm90<cutlass::half_t, 128>{});
+      return true;
+    }
+    if (dtype == DType::kBFloat16 && block_m == 64) {
+      visit(Sm90<cutlass::bfloat16_t, 64>{});
+      return true;
+    }
+    if (dtype == DType::kBFloat16 && block_m == 128) {
+      visit(Sm90<cutlass::bfloat16_t, 128>{});
+      return true;
+    }
+  }
+#endif  // CUTE_OPS_OMIT_GEMM_PAIR_SM90
 #ifndef CUTE_OPS_OMIT_GEMM_PAIR_SM80
   if (major >= 8) {
     if (dtype == DType::kFloat16 && block_m == 16) {

@@ -21,24 +21,42 @@ namespace cute_ops {
 namespace {
 
 using gemm_pair::Activation;
+using gemm_pair::Arch;
 using gemm_pair::Geometry;
 using gemm_pair::order_table;
 using gemm_pair::Policy;
 
-int auto_block_m(int64_t m) { return m <= 16 ? 16 : m <= 64 ? 64 : 128; }
+// The tile config for M rows: the smallest of 16, 64 and 128 rows that holds M, where the
+// kernels' kind may be sm80; sm90 only (forced) has no 16-row config.
+int auto_block_m(int64_t m, Arch arch) {
+  if (arch == Arch::kSm90) return m <= 64 ? 64 : 128;
+  return m <= 16 ? 16 : m <= 64 ? 64 : 128;
+}
 
 // CTAs of a config that fit on an SM of `device` (the current device), for the K-splits and the
-// overlap policy's lag: an occupancy query, made once per (device, config, dtype).
-int ctas_per_sm(int device, int block_m, bool is_bf16) {
-  static std::array<PerDeviceInt, 6> cache;
-  const int config = (block_m == 16 ? 0 : block_m == 64 ? 1 : 2) * 2 + is_bf16;
-  return cache[config].get(device, [&] { return std::max(1, gemm_pair_ctas_per_sm(block_m, is_bf16)); });
+// overlap policy's lag: an occupancy query, made once per (device, kernel kind, config, dtype).
+int ctas_per_sm(int device, int block_m, bool is_bf16, Arch arch) {
+  static std::array<PerDeviceInt, 12> cache;
+  const int config = ((arch == Arch::kSm90) * 3 + (block_m == 16 ? 0 : block_m == 64 ? 1 : 2)) * 2 + is_bf16;
+  return cache[config].get(device, [&] { return std::max(1, gemm_pair_ctas_per_sm(block_m, is_bf16, arch)); });
+}
+
+// The kernel kind a call runs: `arch` resolved for its tile config on the current device. The sm90
+// kernels load whole 64-column K tiles, so a GEMM0 split that is not a multiple of 64 columns
+// runs the sm80 kernels when the kind is left to the op (forced, the checks refuse it).
+Arch kernel_kind(int block_m, bool is_bf16, Arch arch, int64_t split_k0) {
+  const Arch kind = gemm_pair_resolve_arch(block_m, is_bf16, arch);
+  if (kind == Arch::kSm90 && arch == Arch::kAuto && split_k0 > 0 && split_k0 % gemm_pair::kSm90SplitStep) {
+    return gemm_pair_resolve_arch(block_m, is_bf16, Arch::kSm80);
+  }
+  return kind;
 }
 
 at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::Tensor& b1,
                           const std::string& activation, const std::string& policy, const std::string& granularity,
-                          int64_t split_k0, int64_t split_k1, int64_t block_m, int64_t lag, bool separate_launches) {
-  check_gemm_pair(a, b0, b1, activation, policy, granularity, split_k0, split_k1, block_m, lag);  // gemm_pair_checks.cpp
+                          int64_t split_k0, int64_t split_k1, int64_t block_m, int64_t lag, bool separate_launches,
+                          const std::string& arch) {
+  check_gemm_pair(a, b0, b1, activation, policy, granularity, split_k0, split_k1, block_m, lag, arch);  // gemm_pair_checks.cpp
   const Activation act = gemm_pair::parse_activation(activation);
   const Policy pol = gemm_pair::parse_policy(policy);
   const bool tile_sync = gemm_pair::parse_granularity(granularity);
@@ -51,10 +69,12 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   gemm_pair::Problem problem;
   problem.m = m, problem.k = k, problem.n0 = n0, problem.n1 = n1, problem.lda = a.stride(0);
   problem.activation = act, problem.tile_sync = tile_sync, problem.is_bf16 = a.scalar_type() == at::kBFloat16;
-  problem.block_m = block_m ? static_cast<int>(block_m) : auto_block_m(m);
+  const Arch asked = gemm_pair::parse_arch(arch);
+  problem.block_m = block_m ? static_cast<int>(block_m) : auto_block_m(m, asked);
   problem.split_k0 = split_k0, problem.split_k1 = split_k1;
   const int device = a.device().index();
-  problem.ctas_per_sm = ctas_per_sm(device, problem.block_m, problem.is_bf16);
+  const Arch kind = kernel_kind(problem.block_m, problem.is_bf16, asked, split_k0);
+  problem.ctas_per_sm = ctas_per_sm(device, problem.block_m, problem.is_bf16, kind);
   problem.slots = int64_t{device_info(device).sms} * problem.ctas_per_sm;
   gemm_pair::Plan plan = gemm_pair::make_params(problem);
   const Geometry& g = plan.geometry;
@@ -80,11 +100,11 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   GemmPairParams& p = plan.params;
   p.a = a.data_ptr(), p.b0 = b0.data_ptr(), p.b1 = b1.data_ptr(), p.h = h.data_ptr(), p.out = out.data_ptr();
   if (!separate_launches) {
-    run_gemm_pair(p, g.block_m, stream);
+    run_gemm_pair(p, g.block_m, kind, stream);
     return out;
   }
   // The same tiles as two launches ordered by the stream: what the fused launch is measured against.
-  for (const GemmPairParams& launch : gemm_pair::two_launch_params(plan)) run_gemm_pair(launch, g.block_m, stream);
+  for (const GemmPairParams& launch : gemm_pair::two_launch_params(plan)) run_gemm_pair(launch, g.block_m, kind, stream);
   return out;
 }
 

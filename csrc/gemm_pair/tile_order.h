@@ -28,6 +28,12 @@ namespace cute_ops::gemm_pair {
 
 enum class Policy : int { kSequential = 0, kRowInterleaved = 1, kOverlap = 2 };
 enum class Activation : int { kSwiGLU = 0, kGeLU = 1, kNone = 2 };
+// Which kernels a call may run: kAuto, the newest kind its device runs that has the call's tile
+// config (sm90 on a 9.x device, sm80 elsewhere or for a block_m only sm80 has); or one kind only,
+// for tests and A/B runs.
+enum class Arch : int { kAuto = 0, kSm80 = 80, kSm90 = 90 };
+// The sm90 kernels load K in whole tiles of this many columns: a K-split must be a multiple.
+constexpr int64_t kSm90SplitStep = 64;
 
 inline Policy parse_policy(const std::string& s) {
   if (s == "sequential") return Policy::kSequential;
@@ -42,6 +48,13 @@ inline bool parse_granularity(const std::string& s) {
   if (s == "tile") return true;
   if (s == "row") return false;
   throw std::invalid_argument("gemm_pair: granularity must be \"row\" or \"tile\", got \"" + s + "\"");
+}
+
+inline Arch parse_arch(const std::string& s) {
+  if (s == "auto") return Arch::kAuto;
+  if (s == "sm80") return Arch::kSm80;
+  if (s == "sm90") return Arch::kSm90;
+  throw std::invalid_argument("gemm_pair: arch must be \"auto\", \"sm80\" or \"sm90\", got \"" + s + "\"");
 }
 
 inline Activation parse_activation(const std::string& s) {

@@ -18,6 +18,30 @@ struct CtaBarrier {
   __device__ static bool is_leader() { return threadIdx.x == 0; }
 };
 
+// Hardware barrier kId (1..15; 0 is __syncthreads') over the kThreads threads from threadIdx.x
+// kFirstThread: the consumer warp groups of the SM90 kernel, without its producer warp group.
+template <int kId, int kThreads, int kFirstThread>
+struct NamedBarrier {
+  static_assert(kId > 0 && kId < 16 && kThreads % 32 == 0);
+  __device__ static void sync() { asm volatile("bar.sync %0, %1;" ::"n"(kId), "n"(kThreads) : "memory"); }
+  __device__ static bool is_leader() { return threadIdx.x == kFirstThread; }
+};
+
+// One thread alone (the SM90 producer's elected thread waits for h by itself).
+struct ThisThread {
+  __device__ static void sync() {}
+  __device__ static bool is_leader() { return true; }
+};
+
+// Orders this thread's generic-proxy accesses to global memory (ordinary loads and stores, and
+// what an acquire made visible) with its later async-proxy ones (TMA), and, on the producer side,
+// its stores with the release that follows. h is written by st.global and read by TMA in the same
+// launch: the writers fence before they signal, the reader after its acquire and before its TMA
+// loads (docs/gemm_pair.md, "h through TMA").
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
 __device__ __forceinline__ int load_acquire(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");

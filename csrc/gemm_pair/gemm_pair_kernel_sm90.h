@@ -1,0 +1,175 @@
+#pragma once
+// gemm_pair on SM90: the same tiles, tickets and signals as the SM80 kernel (gemm_pair_kernel.h
+// says which GEMM1 tile waits for which GEMM0 tiles), computed by a warp-specialised CTA:
+//   - warp group 0, the producer: one elected thread issues the tile's TMA loads into the ring
+//     (MainloopSm90::load). For a GEMM1 tile it issues the weights' first stages, then waits for
+//     the h columns the tile reads, then loads h. Its registers are handed to the consumers.
+//   - warp groups 1.., the consumers: wgmma over the ring (CUTLASS's collective), then the
+//     epilogue of epilogue.h over a named barrier of their own threads, then the signal.
+// h is stored by ordinary stores and loaded by TMA (the async proxy) in the same launch: writers
+// fence the proxies before their release, the reader after its acquire (tile_sync.h).
+//
+// One CTA per ticket, as on SM80 (the launch cannot deadlock for the same reason). The ring and
+// the epilogue's staging tile share shared memory: a tile's loads have all landed and every
+// wgmma has retired before the consumers stage the accumulators.
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "gemm_pair/epilogue.h"
+#include "gemm_pair/gemm_pair.h"
+#include "gemm_pair/tile_scheduler.h"
+#include "gemm_pair/tile_sync.h"
+#include "gemm_pair/trace.h"
+
+namespace cute_ops::gemm_pair {
+
+using namespace cute;
+
+// The SM90 kernel's argument: the SM80 kernel's params, and each GEMM's TMA descriptors (the
+// same type for both instantiations of a mainloop, with and without GEMM0's K-split).
+template <typename Mainloop>
+struct GemmPairParamsSm90 {
+  GemmPairParams p;
+  typename Mainloop::Params gemm[2];  // GEMM0: a x b0, GEMM1: h x b1
+};
+
+// kLoadRegs / kMmaRegs: registers a thread of the producer / consumer warp groups keeps after
+// the reallocation (setmaxnreg); kCtasPerSm: the occupancy they are sized for.
+template <typename Mainloop_, bool kSplitK0_, int kLoadRegs_, int kMmaRegs_, int kCtasPerSm_>
+struct GemmPairKernelSm90 {
+  using Mainloop = Mainloop_;
+  static constexpr bool kSplitK0 = kSplitK0_;
+  static constexpr int kLoadRegs = kLoadRegs_, kMmaRegs = kMmaRegs_, kCtasPerSm = kCtasPerSm_;
+  using Element = typename Mainloop::Element;
+  static constexpr int kBlockM = Mainloop::kBlockM, kBlockN = Mainloop::kBlockN, kBlockK = Mainloop::kBlockK;
+  static constexpr int kLoadThreads = 128;
+  static constexpr int kMmaThreads = Mainloop::kMmaThreads;
+  static constexpr int kNThreads = kLoadThreads + kMmaThreads;
+  static_assert(kLoadThreads * kLoadRegs + kMmaThreads * kMmaRegs <= 65536 / kCtasPerSm);
+
+  using Epilogue = gemm_pair::Epilogue<Element, kBlockM, kBlockN, kMmaThreads, kLoadThreads>;
+  using MmaBarrier = NamedBarrier<1, kMmaThreads, kLoadThreads>;
+
+  struct SharedStorage {
+    union Buffers {
+      typename Mainloop::TensorStorage ring;
+      typename Epilogue::SharedStorage epilogue;
+    } buffers;
+    typename Mainloop::PipelineStorage pipeline;
+  };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));  // dynamic shared memory
+
+  using Params = GemmPairParamsSm90<Mainloop>;
+
+  __device__ __forceinline__ void operator()(const Params& params, char* smem) const {
+    __shared__ TicketScheduler::SharedStorage scheduler_storage;
+    SharedStorage& storage = *reinterpret_cast<SharedStorage*>(smem);
+    const GemmPairParams& p = params.p;
+    const bool is_producer = threadIdx.x < kLoadThreads;
+
+    typename Mainloop::Pipeline::Params pipeline_params;
+    pipeline_params.transaction_bytes = Mainloop::kTransactionBytes;
+    pipeline_params.role = is_producer ? Mainloop::Pipeline::ThreadCategory::Producer
+                                       : Mainloop::Pipeline::ThreadCategory::Consumer;
+    pipeline_params.is_leader = threadIdx.x == 0;
+    pipeline_params.num_consumers = kMmaThreads;
+    typename Mainloop::Pipeline pipeline(storage.pipeline, pipeline_params, typename Mainloop::ClusterShape{});
+
+    // The fetch's barrier also makes the pipeline's initialised mbarriers visible to every thread.
+    const WorkTile work = TicketScheduler(scheduler_storage).fetch(p, CtaBarrier{});
+    const int gemm = work.gemm;
+    // The tile's K range, in kBlockK tiles (the op makes every split a multiple of kBlockK).
+    const int split_k = gemm == 0 ? p.split_k0 : p.split_k1;
+    const int k_total = gemm == 0 ? p.k : p.h_width;
+    const int k0 = work.split * split_k, k_len = min(split_k, k_total - k0);
+    const int k_tiles = (k_len + kBlockK - 1) / kBlockK;
+
+    if (is_producer) {
+      cutlass::arch::warpgroup_reg_dealloc<kLoadRegs>();
+      if (threadIdx.x / 32 == 0 && cute::elect_one_sync()) {
+        produce(params, work, k0, k_tiles, pipeline, storage);
+      }
+    } else {
+      cutlass::arch::warpgroup_reg_alloc<kMmaRegs>();
+      consume(params, work, k_tiles, pipeline, storage);
+    }
+  }
+
+ private:
+  __device__ __forceinline__ static int ready_index(const GemmPairParams& p, int m_block, int split) {
+    return p.tile_sync ? m_block * p.splits1 + split : m_block;
+  }
+
+  __device__ __forceinline__ static void produce(const Params& params, const WorkTile& w, int k0, int k_tiles,
+                                                 typename Mainloop::Pipeline& pipeline, SharedStorage& storage) {
+    const GemmPairParams& p = params.p;
+    Mainloop::prefetch_descriptors(params.gemm[w.gemm]);
+    auto state = cutlass::make_producer_start_state<typename Mainloop::Pipeline>();
+    if (w.gemm == 0) {
+      Mainloop::load(params.gemm[0], pipeline, state, p.m, p.n0, p.k, w.m_block, w.n_tile, k0 / kBlockK, k_tiles,
+                     storage.buffers.ring, [] { GEMM_PAIR_TRACE(1); });
+      return;
+    }
+    int target = p.tiles0;  // row granularity: every GEMM0 tile of the row block
+    if (p.tile_sync) {      // the GEMM0 tiles that make h columns [k0, k0 + k_len)
+      const int h_per_tile = Epilogue::h_cols_per_tile(p);
+      target = (min(k0 + p.split_k1, p.h_width) + h_per_tile - 1) / h_per_tile - k0 / h_per_tile;
+    }
+    const int* ready = p.ready + ready_index(p, w.m_block, w.split);
+    Mainloop::load(params.gemm[1], pipeline, state, p.m, p.n1, p.h_width, w.m_block, w.n_tile, k0 / kBlockK,
+                   k_tiles, storage.buffers.ring, [&] {
+                     if (p.wait) {
+                       wait_until(ready, target, ThisThread{});
+                       fence_proxy_async_global();  // the acquire's view of h, for the TMA loads
+                     }
+                     GEMM_PAIR_TRACE(1);
+                   });
+  }
+
+  __device__ __forceinline__ static void consume(const Params& params, const WorkTile& w, int k_tiles,
+                                                 typename Mainloop::Pipeline& pipeline, SharedStorage& storage) {
+    const GemmPairParams& p = params.p;
+    auto acc = Mainloop::make_accumulators();
+    Mainloop::mma(params.gemm[w.gemm], pipeline, acc, k_tiles, Epilogue::thread(), storage.buffers.ring);
+    GEMM_PAIR_TRACE(2);
+    MmaBarrier::sync();  // both warp groups are done with the ring: it becomes the staging tile
+    float* sC = Epilogue::template stage<typename Mainloop::TiledMma>(acc, storage.buffers.epilogue, MmaBarrier{});
+    const int row0 = w.m_block * kBlockM, rows = min(kBlockM, p.m - row0);
+    if (w.gemm == 0) {
+      const int col0 = w.n_tile * kBlockN, cols = min(kBlockN, p.n0 - col0);
+      if constexpr (kSplitK0) {
+        if (!Epilogue::template reduce_splits<0>(sC, p, w.m_block, w.n_tile, w.split, row0, rows, col0, cols,
+                                                 MmaBarrier{})) {
+          GEMM_PAIR_TRACE(3);
+          return;  // another split finishes the tile
+        }
+      }
+      Epilogue::store_h(sC, p, row0, rows, w.n_tile);
+      fence_proxy_async_global();  // h is read by other CTAs' TMA loads
+      const int h_per_tile = Epilogue::h_cols_per_tile(p);
+      signal(p.ready + ready_index(p, w.m_block, w.n_tile * h_per_tile / p.split_k1), MmaBarrier{});
+      GEMM_PAIR_TRACE(3);
+      return;
+    }
+    const int col0 = w.n_tile * kBlockN, cols = min(kBlockN, p.n1 - col0);
+    if (p.splits1 > 1 && !Epilogue::template reduce_splits<1>(sC, p, w.m_block, w.n_tile, w.split, row0, rows, col0,
+                                                             cols, MmaBarrier{})) {
+      GEMM_PAIR_TRACE(3);
+      return;  // another split writes the output tile
+    }
+    Epilogue::store_out(sC, p, row0, rows, w.n_tile);
+    GEMM_PAIR_TRACE(3);
+  }
+};
+
+template <typename Kernel>
+__global__ void __launch_bounds__(Kernel::kNThreads, Kernel::kCtasPerSm)
+    gemm_pair_kernel_sm90(const __grid_constant__ typename Kernel::Params params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) char smem[];
+  Kernel{}(params, smem);
+#endif
+}
+
+}  // namespace cute_ops::gemm_pair

@@ -1,0 +1,81 @@
+#pragma once
+// The SM90 tile config per block_m and the launch of one instantiation (run_gemm_pair_sm90_<Element,
+// kBlockM>), which the files under instantiations/ compile one (dtype, block_m) at a time. The
+// TMA descriptors of both GEMMs are encoded on the host at each call (four tensor maps) and
+// travel in the kernel's argument, so a captured launch replays with them.
+#include "common/cuda_check.h"
+#include "common/kernel_attributes.h"
+#include "gemm_pair/gemm_pair_kernel_sm90.h"
+#include "gemm_pair/mainloop_sm90.h"
+
+namespace cute_ops {
+
+namespace gemm_pair {
+
+// MainloopSm90<element, block_m, stages> and the kernel's register split and occupancy.
+//   block_m 64: one consumer warp group, 24 KB a stage, 4 stages; two CTAs an SM, so that one
+//     CTA's epilogue and pipeline fill overlap the other's stream (decode-sized M).
+//   block_m 128: two consumer warp groups (64 rows each), 32 KB a stage, 4 stages; one CTA an SM
+//     with CUTLASS's register split for this tiling.
+template <int kBlockM, typename Element>
+struct TileConfigSm90;
+template <typename E> struct TileConfigSm90<64, E> {
+  using Mainloop = MainloopSm90<E, 64, 4>;
+  static constexpr int kLoadRegs = 40, kMmaRegs = 216, kCtasPerSm = 2;
+};
+template <typename E> struct TileConfigSm90<128, E> {
+  using Mainloop = MainloopSm90<E, 128, 4>;
+  static constexpr int kLoadRegs = 40, kMmaRegs = 232, kCtasPerSm = 1;
+};
+
+template <typename Config, bool kSplitK0>
+using KernelSm90For = GemmPairKernelSm90<typename Config::Mainloop, kSplitK0, Config::kLoadRegs, Config::kMmaRegs,
+                                         Config::kCtasPerSm>;
+
+template <typename Kernel>
+auto prepared_kernel_sm90() {
+  constexpr int kSmem = Kernel::kSmemBytes;
+  auto kernel = &gemm_pair_kernel_sm90<Kernel>;
+  if constexpr (kSmem > 48 * 1024) {
+    static DynamicSmemOptIn smem_opt_in;  // this instantiation's, set once per device
+    smem_opt_in.apply(kernel, kSmem, "gemm_pair shared memory");
+  }
+  return kernel;
+}
+
+template <typename Config>
+void launch_gemm_pair_sm90(const GemmPairParams& p, cudaStream_t stream) {
+  using Kernel = KernelSm90For<Config, false>;
+  using KernelSplitK0 = KernelSm90For<Config, true>;
+  using Mainloop = typename Config::Mainloop;
+  static_assert(Kernel::kSmemBytes == KernelSplitK0::kSmemBytes);
+  typename Kernel::Params params;
+  params.p = p;
+  // A one-row a may have any row stride; TMA wants a multiple of 16 bytes, and never reads it.
+  const int64_t lda = p.m == 1 ? (p.k + 7) / 8 * 8 : p.lda;
+  params.gemm[0] = Mainloop::make_params(p.a, lda, p.b0, p.m, p.n0, p.k);
+  params.gemm[1] = Mainloop::make_params(p.h, p.h_width, p.b1, p.m, p.n1, p.h_width);
+  auto kernel = p.splits0 > 1 ? prepared_kernel_sm90<KernelSplitK0>() : prepared_kernel_sm90<Kernel>();
+  kernel<<<p.num_tiles, Kernel::kNThreads, Kernel::kSmemBytes, stream>>>(params);
+  CUTE_OPS_CHECK_LAUNCH("gemm_pair launch");
+}
+
+}  // namespace gemm_pair
+
+template <typename Element, int kBlockM>
+void run_gemm_pair_sm90_(const GemmPairParams& p, cudaStream_t stream) {
+  gemm_pair::launch_gemm_pair_sm90<gemm_pair::TileConfigSm90<kBlockM, Element>>(p, stream);
+}
+
+// CTAs of this config that fit on one SM of the current device (without GEMM0's K-split).
+template <typename Element, int kBlockM>
+int gemm_pair_ctas_per_sm_sm90_() {
+  using Kernel = gemm_pair::KernelSm90For<gemm_pair::TileConfigSm90<kBlockM, Element>, false>;
+  int ctas = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, gemm_pair::prepared_kernel_sm90<Kernel>(),
+                                                           Kernel::kNThreads, Kernel::kSmemBytes),
+             "gemm_pair occupancy");
+  return ctas;
+}
+
+}  // namespace cute_ops

@@ -1,0 +1,128 @@
+#pragma once
+// The SM90 mainloop of gemm_pair, shared by both GEMMs: acc += A B^T over one K range with A
+// [m, k] and B [n, k] both K-major, loaded by TMA into a kStages-deep shared-memory ring that
+// completes on mbarriers, multiplied by wgmma from shared memory into float32 registers.
+//
+// The collective is CUTLASS's (CollectiveMma for MainloopSm90TmaGmmaWarpSpecialized, built by
+// CollectiveBuilder): its TMA descriptors, shared-memory layouts, pipeline and consumer loop are
+// used as they are. What this type adds is the producer's load order. CUTLASS's load() issues A
+// and B together, stage by stage; a GEMM1 tile must not load h (its A) before the GEMM0 tiles that
+// write it are done, but its weights (B) do not depend on them. So load() here first claims the
+// ring's first stages and issues only their B halves, then waits for A (`wait_for_a`), then issues
+// those stages' A halves and streams both from there on. A stage's mbarrier expects the bytes of
+// A and B from the start (producer_acquire), so it completes only once both have landed, whichever
+// came first.
+//
+// Partition names: tXgY / tXsY are the TMA partitions of global / shared Y (X = A, B).
+#include <cute/tensor.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include "gemm_pair/tile_order.h"
+
+namespace cute_ops::gemm_pair {
+
+using namespace cute;
+
+// kBlockM 64: one consumer warp group (64 x 128 accumulators); 128 and more: two, each 64 rows
+// (CUTLASS's "cooperative" tiling).
+template <typename Element_, int kBlockM_, int kStages_>
+struct MainloopSm90 {
+  using Element = Element_;  // cutlass::half_t or cutlass::bfloat16_t
+  static constexpr int kBlockM = kBlockM_, kBlockN = kGemmPairBlockN, kBlockK = 64;
+  static constexpr int kStages = kStages_;
+  using TileShape = Shape<Int<kBlockM>, Int<kBlockN>, Int<kBlockK>>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using Schedule = std::conditional_t<(kBlockM >= 128), cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                      cutlass::gemm::KernelTmaWarpSpecialized>;
+  // A row-major [m, k] and B column-major [k, n], i.e. [n, k] K-major: both nn.Linear-style.
+  using Collective = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, 8, Element,
+      cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCount<kStages>, Schedule>::CollectiveOp;
+
+  using TiledMma = typename Collective::TiledMma;
+  using Params = typename Collective::Params;
+  using Arguments = typename Collective::Arguments;
+  using TensorStorage = typename Collective::TensorStorage;
+  using PipelineStorage = typename Collective::PipelineStorage;
+  using Pipeline = typename Collective::MainloopPipeline;
+  using PipelineState = typename Collective::PipelineState;
+  using StrideA = typename Collective::StrideA;
+  using StrideB = typename Collective::StrideB;
+  static constexpr int kMmaThreads = static_cast<int>(size(TiledMma{}));  // 128 a consumer warp group
+  static constexpr uint32_t kTransactionBytes = Collective::TmaTransactionBytes;  // A and B of a stage
+  static_assert(kMmaThreads == 128 * (kBlockM >= 128 ? 2 : 1));
+
+  // The TMA descriptors of one GEMM (host): A [m, k] with row stride lda, B [n, k] contiguous.
+  static Params make_params(const void* a, int64_t lda, const void* b, int m, int n, int k) {
+    Arguments args{static_cast<const Element*>(a), StrideA{lda, _1{}, int64_t{0}}, static_cast<const Element*>(b),
+                   StrideB{int64_t{k}, _1{}, int64_t{0}}};
+    return Collective::to_underlying_arguments(make_shape(m, n, k, 1), args, nullptr);
+  }
+
+  __device__ __forceinline__ static void prefetch_descriptors(const Params& params) {
+    Collective::prefetch_tma_descriptors(params);
+  }
+
+  __device__ __forceinline__ static auto make_accumulators() {
+    return partition_fragment_C(TiledMma{}, Shape<Int<kBlockM>, Int<kBlockN>>{});
+  }
+
+  // Producer, one thread: K tiles [k_tile0, k_tile0 + k_tiles) of tile (m_block, n_tile) of an
+  // [m, k] x [n, k]^T product. Rows and columns past m, n or k arrive as zeros (TMA's bounds).
+  // wait_for_a() runs once the first stages' B loads are issued, before any load of A.
+  template <typename WaitForA>
+  __device__ __forceinline__ static void load(const Params& params, Pipeline& pipeline, PipelineState& state,
+                                              int m, int n, int k, int m_block, int n_tile, int k_tile0,
+                                              int k_tiles, TensorStorage& tensors, WaitForA&& wait_for_a) {
+    Tensor mA = params.tma_load_a.get_tma_tensor(make_shape(m, k, 1));  // (m, k, 1)
+    Tensor mB = params.tma_load_b.get_tma_tensor(make_shape(n, k, 1));  // (n, k, 1)
+    using X = Underscore;
+    Tensor gA = local_tile(mA, TileShape{}, make_coord(_, _, _), Step<_1, X, _1>{})(_, _, m_block, _, 0);  // (BM, BK, k)
+    Tensor gB = local_tile(mB, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{})(_, _, n_tile, _, 0);   // (BN, BK, k)
+    Tensor sA = make_tensor(make_smem_ptr(tensors.smem_A.data()), typename Collective::SmemLayoutA{});  // (BM, BK, stages)
+    Tensor sB = make_tensor(make_smem_ptr(tensors.smem_B.data()), typename Collective::SmemLayoutB{});  // (BN, BK, stages)
+    auto tma_a = params.tma_load_a.get_slice(0);
+    auto tma_b = params.tma_load_b.get_slice(0);
+    Tensor tAgA = tma_a.partition_S(gA);  // (TMA, TMA_M, TMA_K, k)
+    Tensor tAsA = tma_a.partition_D(sA);  // (TMA, TMA_M, TMA_K, stages)
+    Tensor tBgB = tma_b.partition_S(gB);
+    Tensor tBsB = tma_b.partition_D(sB);
+
+    auto barrier = [&](const PipelineState& s) -> auto& { return *pipeline.producer_get_barrier(s); };
+    const int ahead = min(k_tiles, kStages);  // stages whose B is issued before the wait
+    PipelineState s = state;
+    for (int i = 0; i < ahead; ++i, ++s) {
+      pipeline.producer_acquire(s);
+      copy(params.tma_load_b.with(barrier(s)), tBgB(_, _, _, k_tile0 + i), tBsB(_, _, _, s.index()));
+    }
+    wait_for_a();
+    s = state;
+    for (int i = 0; i < ahead; ++i, ++s) {
+      copy(params.tma_load_a.with(barrier(s)), tAgA(_, _, _, k_tile0 + i), tAsA(_, _, _, s.index()));
+    }
+#pragma unroll 1
+    for (int i = ahead; i < k_tiles; ++i, ++s) {
+      pipeline.producer_acquire(s);
+      copy(params.tma_load_a.with(barrier(s)), tAgA(_, _, _, k_tile0 + i), tAsA(_, _, _, s.index()));
+      copy(params.tma_load_b.with(barrier(s)), tBgB(_, _, _, k_tile0 + i), tBsB(_, _, _, s.index()));
+    }
+    state = s;
+  }
+
+  // Consumers, every thread of the consumer warp groups (thread: its index among them): acc =
+  // the product over k_tiles stages, then every stage released and every wgmma complete.
+  template <typename Acc>
+  __device__ __forceinline__ static void mma(const Params& params, Pipeline& pipeline, Acc& acc, int k_tiles,
+                                             int thread, TensorStorage& tensors) {
+    Collective collective;
+    PipelineState read{};
+    collective.mma(pipeline, read, acc, k_tiles, thread, tensors, params);
+    collective.mma_tail(pipeline, read, k_tiles);
+  }
+};
+
+}  // namespace cute_ops::gemm_pair
