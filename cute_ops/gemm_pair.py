@@ -52,9 +52,9 @@ def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: s
             the stream instead of by flags: the control that isolates what the one-launch
             scheduler gains. ``policy`` is then ignored.
         arch: the kernels' kind. ``"auto"`` runs the sm90 kernels (wgmma, TMA, warp-specialised) on
-            compute capability 9.x where they have the tile config (block_m 64 and 128), and the
-            sm80 ones (mma.sync, cp.async) otherwise; ``"sm80"`` or ``"sm90"`` forces one (tests,
-            A/B). With ``"sm90"``, ``split_k0`` must be a multiple of 64.
+            compute capability 9.x for the 128-row tiles (M > 64), and the sm80 ones (mma.sync,
+            cp.async) otherwise; ``"sm80"`` or ``"sm90"`` forces one (tests, A/B). The sm90 kernels
+            have block_m 64 and 128, and with ``"sm90"`` ``split_k0`` must be a multiple of 64.
 
     Returns:
         ``[..., n1]``, a's dtype. Accumulation is float32; h is rounded to a's dtype once (after the

@@ -12,16 +12,18 @@ namespace cute_ops {
 
 namespace gemm_pair {
 
-// MainloopSm90<element, block_m, stages> and the kernel's register split and occupancy.
-//   block_m 64: one consumer warp group, 24 KB a stage, 4 stages; two CTAs an SM, so that one
-//     CTA's epilogue and pipeline fill overlap the other's stream (decode-sized M).
-//   block_m 128: two consumer warp groups (64 rows each), 32 KB a stage, 4 stages; one CTA an SM
-//     with CUTLASS's register split for this tiling.
+// MainloopSm90<element, block_m, stages> and the kernel's register split and occupancy, measured
+// on an H100 (docs/perf-notes.md, gemm_pair on SM90):
+//   block_m 64: one consumer warp group, 24 KB a stage, 8 stages, one CTA an SM: 8-13% faster at
+//     M = 1..64 than 4 stages at two CTAs an SM (the weights stream at 192 KB in flight an SM).
+//   block_m 128: two consumer warp groups (64 rows each), 32 KB a stage, 4 stages, one CTA an SM
+//     with CUTLASS's register split for this tiling; 6 stages were 3-10% slower from M = 512. Two
+//     CTAs an SM do not compile: 80 registers a thread cannot hold a 64 x 128 wgmma's accumulators.
 template <int kBlockM, typename Element>
 struct TileConfigSm90;
 template <typename E> struct TileConfigSm90<64, E> {
-  using Mainloop = MainloopSm90<E, 64, 4>;
-  static constexpr int kLoadRegs = 40, kMmaRegs = 216, kCtasPerSm = 2;
+  using Mainloop = MainloopSm90<E, 64, 8>;
+  static constexpr int kLoadRegs = 40, kMmaRegs = 232, kCtasPerSm = 1;
 };
 template <typename E> struct TileConfigSm90<128, E> {
   using Mainloop = MainloopSm90<E, 128, 4>;

@@ -41,12 +41,15 @@ int ctas_per_sm(int device, int block_m, bool is_bf16, Arch arch) {
   return cache[config].get(device, [&] { return std::max(1, gemm_pair_ctas_per_sm(block_m, is_bf16, arch)); });
 }
 
-// The kernel kind a call runs: `arch` resolved for its tile config on the current device. The sm90
-// kernels load whole 64-column K tiles, so a GEMM0 split that is not a multiple of 64 columns
-// runs the sm80 kernels when the kind is left to the op (forced, the checks refuse it).
+// The kernel kind a call runs: `arch` resolved for its tile config on the current device. Left to
+// the op, the sm90 kernels run the 128-row tiles only: at M <= 64 the sm80 ones were as fast or
+// faster on an H100 (M = 1: 126 against 130 us, M = 64: 146 against 151; docs/perf-notes.md).
+// The sm90 kernels also load whole 64-column K tiles, so a GEMM0 split that is not a multiple of
+// 64 columns runs the sm80 kernels when the kind is left to the op (forced, the checks refuse it).
 Arch kernel_kind(int block_m, bool is_bf16, Arch arch, int64_t split_k0) {
   const Arch kind = gemm_pair_resolve_arch(block_m, is_bf16, arch);
-  if (kind == Arch::kSm90 && arch == Arch::kAuto && split_k0 > 0 && split_k0 % gemm_pair::kSm90SplitStep) {
+  const bool split_fits = split_k0 <= 0 || split_k0 % gemm_pair::kSm90SplitStep == 0;
+  if (kind == Arch::kSm90 && arch == Arch::kAuto && (block_m < 128 || !split_fits)) {
     return gemm_pair_resolve_arch(block_m, is_bf16, Arch::kSm80);
   }
   return kind;

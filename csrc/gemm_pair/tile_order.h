@@ -28,9 +28,8 @@ namespace cute_ops::gemm_pair {
 
 enum class Policy : int { kSequential = 0, kRowInterleaved = 1, kOverlap = 2 };
 enum class Activation : int { kSwiGLU = 0, kGeLU = 1, kNone = 2 };
-// Which kernels a call may run: kAuto, the newest kind its device runs that has the call's tile
-// config (sm90 on a 9.x device, sm80 elsewhere or for a block_m only sm80 has); or one kind only,
-// for tests and A/B runs.
+// Which kernels a call may run: kAuto, the op's choice for the device and tile config
+// (gemm_pair_op.cpp's kernel_kind); or one kind only, for tests and A/B runs.
 enum class Arch : int { kAuto = 0, kSm80 = 80, kSm90 = 90 };
 // The sm90 kernels load K in whole tiles of this many columns: a K-split must be a multiple.
 constexpr int64_t kSm90SplitStep = 64;
