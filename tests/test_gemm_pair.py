@@ -310,6 +310,57 @@ def test_llama_shape_fused_mlp_and_nd_input():
                               ref.llama_mlp(x, wg, wu, wd), k=ERROR_K)
 
 
+# (hidden, intermediate) of other models' MLPs: TinyLlama-1.1B, LLaMA-2-13B, LLaMA-3-70B.
+MODEL_WIDTHS = [(2048, 5632), (5120, 13824), (8192, 28672)]
+MODEL_M_SIZES = [1, 3, 16, 64, 127, 128, 1000, 4096]
+
+
+@functools.lru_cache(maxsize=2)
+def _model_weights(hidden, inter, dtype, activation):
+    """(b0, b1) of one model's MLP, made once per module for the tests below (the largest is 1.4 GB)."""
+    _, b0, b1 = _problem(1, dtype, activation, hidden=hidden, inter=inter, out=hidden)
+    return b0, b1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", MODEL_M_SIZES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden, inter", MODEL_WIDTHS)
+def test_other_model_widths(hidden, inter, dtype, m):
+    b0, b1 = _model_weights(hidden, inter, dtype, "swiglu")
+    _check(torch.randn(m, hidden, device="cuda").to(dtype), b0, b1, "swiglu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [3, 127])
+@pytest.mark.parametrize("activation", ["gelu", "none"])
+@pytest.mark.parametrize("hidden, inter", MODEL_WIDTHS)
+def test_other_model_widths_ungated(hidden, inter, activation, m):
+    b0, b1 = _model_weights(hidden, inter, torch.bfloat16, activation)
+    _check(torch.randn(m, hidden, device="cuda").to(torch.bfloat16), b0, b1, activation)
+
+
+@pytest.mark.gpu
+def test_two_streams_at_once():
+    # Calls in flight on two streams at the same time (each stream's work held back by a sleep,
+    # then released together) must not share counters, h or partials: each matches on its own.
+    # Two shapes per stream, one of them on both, split and unsplit.
+    problems = [_problem(m, torch.bfloat16, "swiglu", hidden=1024, inter=2048, out=512) for m in (1, 300, 1, 300)]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.synchronize()
+    outs = [None] * len(problems)
+    for s in streams:
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(SLEEP_CYCLES // 20)
+    for i, (a, b0, b1) in enumerate(problems):
+        with torch.cuda.stream(streams[i % 2]):
+            outs[i] = [cute_ops.gemm_pair(a, b0, b1, split_k0=split, split_k1=split) for split in (None, 0, 128)]
+    torch.cuda.synchronize()
+    for (a, b0, b1), results in zip(problems, outs):
+        for out in results:
+            _assert_matches(out, a, b0, b1)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 64, 1000])
 def test_split_k_is_deterministic(m):

@@ -35,7 +35,7 @@ struct GemmPairParams {
   int* arrived1;      // [m_blocks * tiles1] GEMM1 splits finished, per tile (split only, else nullptr)
   int64_t lda;
   int m, k, n0, n1, h_width;
-  int num_tiles;      // the grid: one CTA per ticket
+  int num_tiles;      // tickets; the SM80 kernel's grid (one CTA per ticket)
   int tiles0, tiles1;     // output tiles a row block: of h's columns (GEMM0), of out's (GEMM1)
   int splits0, split_k0;  // GEMM0's K-splits and the K columns each reads (k when not split)
   int splits1, split_k1;  // GEMM1's K-splits and the h columns each reads (h_width when not split)

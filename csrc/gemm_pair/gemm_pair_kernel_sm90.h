@@ -1,19 +1,24 @@
 #pragma once
 // gemm_pair on SM90: the same tiles, tickets and signals as the SM80 kernel (gemm_pair_kernel.h
-// says which GEMM1 tile waits for which GEMM0 tiles), computed by a warp-specialised CTA:
-//   - warp group 0, the producer: one elected thread issues the tile's TMA loads into the ring
-//     (MainloopSm90::load). For a GEMM1 tile it issues the weights' first stages, then waits for
-//     the h columns the tile reads, then loads h. Its registers are handed to the consumers.
-//   - warp groups 1.., the consumers: wgmma over the ring (CUTLASS's collective), then the
-//     epilogue of epilogue.h over a named barrier of their own threads, then the signal.
+// says which GEMM1 tile waits for which GEMM0 tiles), computed by persistent warp-specialised CTAs:
+//   - warp group 0, the producer: one elected thread takes a ticket, hands its tile to the
+//     consumers through a two-slot work queue (mbarriers), and issues the tile's TMA loads into
+//     the ring (MainloopSm90::load); then the next ticket, until the tickets run out. For a GEMM1
+//     tile it issues the weights' first stages, then waits for the h columns the tile reads, then
+//     loads h. Its registers are handed to the consumers.
+//   - warp groups 1.., the consumers: per tile from the queue, wgmma over the ring (CUTLASS's
+//     collective), then the epilogue of epilogue.h over a named barrier of their own threads,
+//     then the signal. While they run a tile's epilogue the producer already loads the next tile.
 // h is stored by ordinary stores and loaded by TMA (the async proxy) in the same launch: writers
 // fence the proxies before their release, the reader after its acquire (tile_sync.h).
 //
-// One CTA per ticket, as on SM80 (the launch cannot deadlock for the same reason). The ring and
-// the epilogue's staging tile share shared memory: a tile's loads have all landed and every
-// wgmma has retired before the consumers stage the accumulators.
+// The grid is one CTA per SM slot (fewer when there are fewer tiles). A ticket is taken by a CTA
+// that runs, and a CTA's consumers finish its earlier tiles with loads already issued, so the
+// launch cannot deadlock for the SM80 kernel's reason (docs/gemm_pair.md): the producer's wait
+// for h blocks only the loads of the later tile it holds.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/pipeline.hpp>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 #include "gemm_pair/epilogue.h"
@@ -51,21 +56,23 @@ struct GemmPairKernelSm90 {
   using Epilogue = gemm_pair::Epilogue<Element, kBlockM, kBlockN, kMmaThreads, kLoadThreads>;
   using MmaBarrier = NamedBarrier<1, kMmaThreads, kLoadThreads>;
 
+  // The ticket entry of each tile the producer has taken and the consumers have not yet read.
+  using WorkQueue = cutlass::PipelineAsync<2>;
+
   struct SharedStorage {
-    union Buffers {
-      typename Mainloop::TensorStorage ring;
-      typename Epilogue::SharedStorage epilogue;
-    } buffers;
+    typename Mainloop::TensorStorage ring;
+    typename Epilogue::SharedStorage epilogue;  // its own: it is written while the ring fills
     typename Mainloop::PipelineStorage pipeline;
+    typename WorkQueue::SharedStorage queue;
+    int4 work[2];
   };
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));  // dynamic shared memory
+  static_assert(kSmemBytes <= 227 * 1024 - 512, "the tile config's shared memory exceeds an SM's");
 
   using Params = GemmPairParamsSm90<Mainloop>;
 
   __device__ __forceinline__ void operator()(const Params& params, char* smem) const {
-    __shared__ TicketScheduler::SharedStorage scheduler_storage;
     SharedStorage& storage = *reinterpret_cast<SharedStorage*>(smem);
-    const GemmPairParams& p = params.p;
     const bool is_producer = threadIdx.x < kLoadThreads;
 
     typename Mainloop::Pipeline::Params pipeline_params;
@@ -76,49 +83,80 @@ struct GemmPairKernelSm90 {
     pipeline_params.num_consumers = kMmaThreads;
     typename Mainloop::Pipeline pipeline(storage.pipeline, pipeline_params, typename Mainloop::ClusterShape{});
 
-    // The fetch's barrier also makes the pipeline's initialised mbarriers visible to every thread.
-    const WorkTile work = TicketScheduler(scheduler_storage).fetch(p, CtaBarrier{});
-    const int gemm = work.gemm;
-    // The tile's K range, in kBlockK tiles (the op makes every split a multiple of kBlockK).
-    const int split_k = gemm == 0 ? p.split_k0 : p.split_k1;
-    const int k_total = gemm == 0 ? p.k : p.h_width;
-    const int k0 = work.split * split_k, k_len = min(split_k, k_total - k0);
-    const int k_tiles = (k_len + kBlockK - 1) / kBlockK;
+    typename WorkQueue::Params queue_params;
+    queue_params.role = is_producer ? WorkQueue::ThreadCategory::Producer : WorkQueue::ThreadCategory::Consumer;
+    queue_params.producer_arv_count = 1;
+    queue_params.consumer_arv_count = kMmaThreads;
+    WorkQueue queue(storage.queue, queue_params);
+    __syncthreads();  // every thread sees the initialised mbarriers
 
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegs>();
       if (threadIdx.x / 32 == 0 && cute::elect_one_sync()) {
-        produce(params, work, k0, k_tiles, pipeline, storage);
+        produce(params, pipeline, queue, storage);
       }
     } else {
       cutlass::arch::warpgroup_reg_alloc<kMmaRegs>();
-      consume(params, work, k_tiles, pipeline, storage);
+      consume(params, pipeline, queue, storage);
     }
   }
 
  private:
+  // The tile's K range, in kBlockK tiles (the op makes every split a multiple of kBlockK).
+  struct KRange {
+    int k0, k_tiles;
+  };
+  __device__ __forceinline__ static KRange k_range(const GemmPairParams& p, const WorkTile& w) {
+    const int split_k = w.gemm == 0 ? p.split_k0 : p.split_k1;
+    const int k_total = w.gemm == 0 ? p.k : p.h_width;
+    const int k0 = w.split * split_k, k_len = min(split_k, k_total - k0);
+    return {k0, (k_len + kBlockK - 1) / kBlockK};
+  }
+
   __device__ __forceinline__ static int ready_index(const GemmPairParams& p, int m_block, int split) {
     return p.tile_sync ? m_block * p.splits1 + split : m_block;
   }
 
-  __device__ __forceinline__ static void produce(const Params& params, const WorkTile& w, int k0, int k_tiles,
-                                                 typename Mainloop::Pipeline& pipeline, SharedStorage& storage) {
+  // The producer's elected thread: tickets until they run out, each tile's entry to the queue
+  // (a tile's entry -1 tells the consumers to stop), then its loads.
+  __device__ __forceinline__ static void produce(const Params& params, typename Mainloop::Pipeline& pipeline,
+                                                 WorkQueue& queue, SharedStorage& storage) {
     const GemmPairParams& p = params.p;
-    Mainloop::prefetch_descriptors(params.gemm[w.gemm]);
+    Mainloop::prefetch_descriptors(params.gemm[0]);
+    Mainloop::prefetch_descriptors(params.gemm[1]);
     auto state = cutlass::make_producer_start_state<typename Mainloop::Pipeline>();
+    auto slot = cutlass::make_producer_start_state<WorkQueue>();
+    for (;;) {
+      queue.producer_acquire(slot);  // the ticket is taken once its entry has somewhere to go
+      int4 entry;
+      const bool more = take_ticket(p, entry);
+      storage.work[slot.index()] = more ? entry : make_int4(-1, 0, 0, 0);
+      queue.producer_commit(slot);  // an mbarrier arrive: releases the entry to the consumers
+      ++slot;
+      if (!more) return;
+      const WorkTile w{entry.x, entry.y, entry.z, entry.w};
+      load_tile(params, w, pipeline, state, storage);
+    }
+  }
+
+  __device__ __forceinline__ static void load_tile(const Params& params, const WorkTile& w,
+                                                   typename Mainloop::Pipeline& pipeline,
+                                                   typename Mainloop::PipelineState& state, SharedStorage& storage) {
+    const GemmPairParams& p = params.p;
+    const KRange kr = k_range(p, w);
     if (w.gemm == 0) {
-      Mainloop::load(params.gemm[0], pipeline, state, p.m, p.n0, p.k, w.m_block, w.n_tile, k0 / kBlockK, k_tiles,
-                     storage.buffers.ring, [] { GEMM_PAIR_TRACE(1); });
+      Mainloop::load(params.gemm[0], pipeline, state, p.m, p.n0, p.k, w.m_block, w.n_tile, kr.k0 / kBlockK,
+                     kr.k_tiles, storage.ring, [] { GEMM_PAIR_TRACE(1); });
       return;
     }
     int target = p.tiles0;  // row granularity: every GEMM0 tile of the row block
-    if (p.tile_sync) {      // the GEMM0 tiles that make h columns [k0, k0 + k_len)
+    if (p.tile_sync) {      // the GEMM0 tiles that make h columns [k0, k0 + split_k1)
       const int h_per_tile = Epilogue::h_cols_per_tile(p);
-      target = (min(k0 + p.split_k1, p.h_width) + h_per_tile - 1) / h_per_tile - k0 / h_per_tile;
+      target = (min(kr.k0 + p.split_k1, p.h_width) + h_per_tile - 1) / h_per_tile - kr.k0 / h_per_tile;
     }
     const int* ready = p.ready + ready_index(p, w.m_block, w.split);
-    Mainloop::load(params.gemm[1], pipeline, state, p.m, p.n1, p.h_width, w.m_block, w.n_tile, k0 / kBlockK,
-                   k_tiles, storage.buffers.ring, [&] {
+    Mainloop::load(params.gemm[1], pipeline, state, p.m, p.n1, p.h_width, w.m_block, w.n_tile, kr.k0 / kBlockK,
+                   kr.k_tiles, storage.ring, [&] {
                      if (p.wait) {
                        wait_until(ready, target, ThisThread{});
                        fence_proxy_async_global();  // the acquire's view of h, for the TMA loads
@@ -127,14 +165,34 @@ struct GemmPairKernelSm90 {
                    });
   }
 
-  __device__ __forceinline__ static void consume(const Params& params, const WorkTile& w, int k_tiles,
-                                                 typename Mainloop::Pipeline& pipeline, SharedStorage& storage) {
+  // Every consumer thread: the queue's tiles in order, until its stop entry.
+  __device__ __forceinline__ static void consume(const Params& params, typename Mainloop::Pipeline& pipeline,
+                                                 WorkQueue& queue, SharedStorage& storage) {
+    typename Mainloop::PipelineState read{};
+    typename WorkQueue::PipelineState slot{};
+    for (;;) {
+      queue.consumer_wait(slot);
+      const int4 entry = storage.work[slot.index()];
+      queue.consumer_release(slot);
+      ++slot;
+      if (entry.x < 0) return;
+      const WorkTile w{entry.x, entry.y, entry.z, entry.w};
+      const int k_tiles = k_range(params.p, w).k_tiles;
+      compute_tile(params, w, k_tiles, pipeline, read, storage);
+      read.advance(k_tiles);
+    }
+  }
+
+  // One tile's wgmma loop from ring position `read`, its epilogue and its signal.
+  __device__ __forceinline__ static void compute_tile(const Params& params, const WorkTile& w, int k_tiles,
+                                                      typename Mainloop::Pipeline& pipeline,
+                                                      typename Mainloop::PipelineState read, SharedStorage& storage) {
     const GemmPairParams& p = params.p;
     auto acc = Mainloop::make_accumulators();
-    Mainloop::mma(params.gemm[w.gemm], pipeline, acc, k_tiles, Epilogue::thread(), storage.buffers.ring);
+    Mainloop::mma(params.gemm[w.gemm], pipeline, read, acc, k_tiles, Epilogue::thread(), storage.ring);
     GEMM_PAIR_TRACE(2);
-    MmaBarrier::sync();  // both warp groups are done with the ring: it becomes the staging tile
-    float* sC = Epilogue::template stage<typename Mainloop::TiledMma>(acc, storage.buffers.epilogue, MmaBarrier{});
+    MmaBarrier::sync();  // every consumer is done reading the previous tile's staging tile
+    float* sC = Epilogue::template stage<typename Mainloop::TiledMma>(acc, storage.epilogue, MmaBarrier{});
     const int row0 = w.m_block * kBlockM, rows = min(kBlockM, p.m - row0);
     if (w.gemm == 0) {
       const int col0 = w.n_tile * kBlockN, cols = min(kBlockN, p.n0 - col0);

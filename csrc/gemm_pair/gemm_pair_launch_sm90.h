@@ -1,9 +1,13 @@
 #pragma once
 // The SM90 tile config per block_m and the launch of one instantiation (run_gemm_pair_sm90_<Element,
 // kBlockM>), which the files under instantiations/ compile one (dtype, block_m) at a time. The
-// TMA descriptors of both GEMMs are encoded on the host at each call (four tensor maps) and
+// kernel is persistent: one CTA per SM slot, each taking tickets until they run out. The TMA
+// descriptors of both GEMMs are encoded on the host at each call (four tensor maps) and
 // travel in the kernel's argument, so a captured launch replays with them.
+#include <algorithm>
+
 #include "common/cuda_check.h"
+#include "common/device_info.h"
 #include "common/kernel_attributes.h"
 #include "gemm_pair/gemm_pair_kernel_sm90.h"
 #include "gemm_pair/mainloop_sm90.h"
@@ -58,7 +62,11 @@ void launch_gemm_pair_sm90(const GemmPairParams& p, cudaStream_t stream) {
   params.gemm[0] = Mainloop::make_params(p.a, lda, p.b0, p.m, p.n0, p.k);
   params.gemm[1] = Mainloop::make_params(p.h, p.h_width, p.b1, p.m, p.n1, p.h_width);
   auto kernel = p.splits0 > 1 ? prepared_kernel_sm90<KernelSplitK0>() : prepared_kernel_sm90<Kernel>();
-  kernel<<<p.num_tiles, Kernel::kNThreads, Kernel::kSmemBytes, stream>>>(params);
+  // Persistent CTAs: one per slot of the device, fewer when there are fewer tickets.
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "current device");
+  const int grid = std::min(p.num_tiles, device_info(device).sms * Kernel::kCtasPerSm);
+  kernel<<<grid, Kernel::kNThreads, Kernel::kSmemBytes, stream>>>(params);
   CUTE_OPS_CHECK_LAUNCH("gemm_pair launch");
 }
 

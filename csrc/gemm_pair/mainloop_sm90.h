@@ -114,12 +114,12 @@ struct MainloopSm90 {
   }
 
   // Consumers, every thread of the consumer warp groups (thread: its index among them): acc =
-  // the product over k_tiles stages, then every stage released and every wgmma complete.
+  // the product over the k_tiles stages from ring position `read`, then those stages released and
+  // every wgmma complete. The caller advances its position by k_tiles.
   template <typename Acc>
-  __device__ __forceinline__ static void mma(const Params& params, Pipeline& pipeline, Acc& acc, int k_tiles,
-                                             int thread, TensorStorage& tensors) {
+  __device__ __forceinline__ static void mma(const Params& params, Pipeline& pipeline, PipelineState read, Acc& acc,
+                                             int k_tiles, int thread, TensorStorage& tensors) {
     Collective collective;
-    PipelineState read{};
     collective.mma(pipeline, read, acc, k_tiles, thread, tensors, params);
     collective.mma_tail(pipeline, read, k_tiles);
   }

@@ -5,9 +5,9 @@
 // smaller tickets, which are held by CTAs already running, so the launch cannot deadlock however
 // few CTAs are co-resident (docs/gemm_pair.md, "Why the launch cannot deadlock").
 //
-// The grid has one CTA per ticket and each CTA fetches once. A persistent kernel would call fetch
-// again after each tile (once every thread has read the previous entry) and stop at a ticket >=
-// num_tiles.
+// The SM80 kernel's grid has one CTA per ticket and each CTA fetches once (TicketScheduler). The
+// SM90 kernel is persistent: its producer thread calls take_ticket per tile until the tickets run
+// out, and hands the entries to its consumers itself.
 #include "gemm_pair/gemm_pair.h"
 #include "gemm_pair/trace.h"
 
@@ -20,6 +20,14 @@ struct WorkTile {
   int n_tile;   // column tile of the GEMM's output (of h for GEMM0)
   int split;    // K-split
 };
+
+// One thread takes the next ticket: true and its entry, or false once every tile is handed out.
+__device__ __forceinline__ bool take_ticket(const GemmPairParams& p, int4& entry) {
+  const int ticket = atomicAdd(p.ticket, 1);
+  if (ticket >= p.num_tiles) return false;
+  entry = p.order[ticket];
+  return true;
+}
 
 class TicketScheduler {
  public:
