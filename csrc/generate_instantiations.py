@@ -186,7 +186,7 @@ FAMILIES = [
         name="gemm_pair",
         doc="the fused GEMM pair's tile config of one (dtype, block_m)",
         interface="gemm_pair/gemm_pair.h",
-        axes=(DTYPE, Axis("block_m", "int", "int kBlockM", (16, 64, 128), tag="m")),
+        axes=(DTYPE, Axis("block_m", "int", "int kBlockM", (16, 64, 128, 256), tag="m")),
         entry_points={
             "run": EntryPoint("void", "const GemmPairParams& p, cudaStream_t stream", "p, stream"),
             # the occupancy query compiles the kernel's launch config, so it lives with the kernel
@@ -194,9 +194,10 @@ FAMILIES = [
         },
         impls=(Impl("sm90", "gemm_pair/gemm_pair_launch_sm90.h",
                     {"run": "run_gemm_pair_sm90_", "ctas_per_sm": "gemm_pair_ctas_per_sm_sm90_"},
-                    values={"block_m": (64, 128)}),
+                    values={"block_m": (64, 128, 256)}),
                Impl("sm80", "gemm_pair/gemm_pair_launch.h",
-                    {"run": "run_gemm_pair_", "ctas_per_sm": "gemm_pair_ctas_per_sm_"})),
+                    {"run": "run_gemm_pair_", "ctas_per_sm": "gemm_pair_ctas_per_sm_"},
+                    values={"block_m": (16, 64, 128)})),
         file_tags=("block_m", "dtype"),
     ),
 ]

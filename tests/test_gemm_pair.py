@@ -42,7 +42,8 @@ POLICY_GRANULARITIES = [("sequential", "tile"), ("sequential", "row"), ("row_int
 # Every GPU test runs once per kernel kind, forced through the ops' `arch` argument (the
 # kernel_arch fixture below); the sm90 kernels exist for these tile configs only.
 KERNEL_ARCHS = ["sm80", "sm90"]
-SM90_BLOCK_MS = (64, 128)
+SM90_BLOCK_MS = (64, 128, 256)
+SM80_BLOCK_MS = (16, 64, 128)
 
 
 def pytest_generate_tests(metafunc):
@@ -156,7 +157,7 @@ def _args(a=None, b0=None, b1=None, **kw):
     (lambda: _args(split_k1=96), r"split_k1 must be -1 \(None: automatic\), 0 \(no split\) or a multiple of 64",
      ValueError),
     (lambda: _args(split_k0=100), "split_k0 must be -1", ValueError),
-    (lambda: _args(block_m=32), r"block_m must be 0 \(None: automatic\) or one of \(16, 64, 128\)", ValueError),
+    (lambda: _args(block_m=32), r"block_m must be 0 \(None: automatic\) or one of \(16, 64, 128, 256\)", ValueError),
     (lambda: _args(lag=-2), "lag must be -1", ValueError),
     (lambda: _args(a=_meta(3, 128)[:, :64]), None, None),  # a strided view with aligned rows is fine
     (lambda: _args(a=_meta(0, 64)), None, None),  # no rows: an empty output
@@ -285,12 +286,12 @@ def test_every_policy_and_granularity(m, policy, granularity, split_k0, split_k1
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("block_m", [16, 64, 128])
+@pytest.mark.parametrize("block_m", [16, 64, 128, 256])
 @pytest.mark.parametrize("lag", [0, 2, 1000])
-@pytest.mark.parametrize("m", [1, 100])
+@pytest.mark.parametrize("m", [1, 100, 600])
 def test_forced_tile_configs_and_overlap_lag(m, block_m, lag, kernel_arch):
-    if kernel_arch == "sm90" and block_m not in SM90_BLOCK_MS:
-        with pytest.raises(ValueError, match=f"this build has no sm90 kernel for float16, block_m {block_m}"):
+    if block_m not in (SM90_BLOCK_MS if kernel_arch == "sm90" else SM80_BLOCK_MS):
+        with pytest.raises(ValueError, match=f"this build has no {kernel_arch} kernel for float16, block_m {block_m}"):
             cute_ops.gemm_pair(*_problem(m, torch.float16, "swiglu"), block_m=block_m)
         return
     _check(*_problem(m, torch.float16, "swiglu"), "swiglu", policy="overlap", block_m=block_m, lag=lag, split_k1=64)
@@ -359,6 +360,43 @@ def test_two_streams_at_once():
     for (a, b0, b1), results in zip(problems, outs):
         for out in results:
             _assert_matches(out, a, b0, b1)
+
+
+@pytest.mark.gpu
+def test_counters_left_zero_for_the_next_call():
+    # No memset before a launch: each launch leaves its stream's counters at zero (its last CTA
+    # resets them). A counter left nonzero would hand the next call's CTAs tickets past its order
+    # table (tiles skipped: GEMM1 tiles wait forever for them) or let its GEMM1 tiles read h early.
+    # So calls of different sizes, splits and launch counts follow each other on one stream, then
+    # on a second stream, then inside a graph that replays between eager calls. The streams are
+    # polled before anything that synchronizes (the capture does), so a hang fails the test
+    # instead of hanging it.
+    shapes = [(1, None, None, False), (300, 0, 0, False), (7, 128, 128, False), (1000, None, None, True),
+              (64, 256, None, False), (1, 0, 128, True)]
+    problems = [_problem(m, torch.bfloat16, "swiglu", hidden=1024, inter=2048, out=512) for m, *_ in shapes]
+
+    def run_all():
+        return [cute_ops.gemm_pair(a, b0, b1, split_k0=s0, split_k1=s1, separate_launches=two)
+                for (a, b0, b1), (_, s0, s1, two) in zip(problems, shapes)]
+
+    def finished(*streams):
+        events = [s.record_event() for s in streams]
+        return _within(60.0, lambda: all(e.query() for e in events))
+
+    main, side = torch.cuda.current_stream(), torch.cuda.Stream()
+    side.wait_stream(main)
+    outs = run_all() + run_all()
+    with torch.cuda.stream(side):
+        outs += run_all()
+    assert finished(main, side), "eager gemm_pair calls did not finish"
+    holder = {}
+    graph = capture_graph(lambda: holder.update(outs=run_all()))
+    for _ in range(2):
+        graph.replay()
+        outs += run_all()
+    assert finished(main), "gemm_pair calls between graph replays did not finish"
+    for i, out in enumerate(outs + holder["outs"]):
+        _assert_matches(out, *problems[i % len(problems)])
 
 
 @pytest.mark.gpu

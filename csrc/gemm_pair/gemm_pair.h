@@ -29,7 +29,7 @@ struct GemmPairParams {
   float* partials0;   // [splits0, m, n0] float32 when GEMM0 is split along K, else nullptr
   float* partials1;   // [splits1, m, n1] float32 when GEMM1 is split along K, else nullptr
   const int4* order;  // [num_tiles] (gemm, m block, n tile, K-split), by ticket
-  int* ticket;        // zeroed before the launch, like every counter (params.h lays them out)
+  int* ticket;        // zero at the launch, like every counter, and left zero by it (params.h)
   int* ready;         // [m_blocks * (tile_sync ? splits1 : 1)] GEMM0 tiles finished, per dependency
   int* arrived0;      // [m_blocks * tiles0] GEMM0 splits finished, per tile (split only, else nullptr)
   int* arrived1;      // [m_blocks * tiles1] GEMM1 splits finished, per tile (split only, else nullptr)
@@ -44,6 +44,16 @@ struct GemmPairParams {
   bool wait;       // false when stream order already guarantees h (the two-launch control)
   bool is_bf16;
 };
+
+// A launch counts its finished CTAs in the counter this far after its ticket (params.h's layout):
+// the last one resets the counters for the next launch (tile_sync.h, retire).
+constexpr int kExitedAfterTicket = 2;
+
+// The counters from `ready` on, which params.h lays out back to back: the ready counters, then
+// each K-split GEMM's per-tile arrivals.
+__host__ __device__ inline int counters_after_ticket(const GemmPairParams& p, int m_blocks) {
+  return m_blocks * ((p.tile_sync ? p.splits1 : 1) + (p.splits0 > 1 ? p.tiles0 : 0) + (p.splits1 > 1 ? p.tiles1 : 0));
+}
 
 // Tile configs, chosen by the op from M: the kernel's block_m and the order table must agree. The
 // tile width, kGemmPairBlockN, is in tile_order.h (the CPU build's checks need it too).

@@ -23,10 +23,14 @@ extern template void run_gemm_pair_sm90_<cutlass::half_t, 64>(const GemmPairPara
 extern template int gemm_pair_ctas_per_sm_sm90_<cutlass::half_t, 64>();
 extern template void run_gemm_pair_sm90_<cutlass::half_t, 128>(const GemmPairParams& p, cudaStream_t stream);
 extern template int gemm_pair_ctas_per_sm_sm90_<cutlass::half_t, 128>();
+extern template void run_gemm_pair_sm90_<cutlass::half_t, 256>(const GemmPairParams& p, cudaStream_t stream);
+extern template int gemm_pair_ctas_per_sm_sm90_<cutlass::half_t, 256>();
 extern template void run_gemm_pair_sm90_<cutlass::bfloat16_t, 64>(const GemmPairParams& p, cudaStream_t stream);
 extern template int gemm_pair_ctas_per_sm_sm90_<cutlass::bfloat16_t, 64>();
 extern template void run_gemm_pair_sm90_<cutlass::bfloat16_t, 128>(const GemmPairParams& p, cudaStream_t stream);
 extern template int gemm_pair_ctas_per_sm_sm90_<cutlass::bfloat16_t, 128>();
+extern template void run_gemm_pair_sm90_<cutlass::bfloat16_t, 256>(const GemmPairParams& p, cudaStream_t stream);
+extern template int gemm_pair_ctas_per_sm_sm90_<cutlass::bfloat16_t, 256>();
 #endif  // CUTE_OPS_OMIT_GEMM_PAIR_SM90
 
 // sm80 (gemm_pair/gemm_pair_launch.h): SM80 code (mma.sync, cp.async), compiled for sm_80 and sm_90a:
@@ -90,12 +94,20 @@ bool dispatch(int major, DType dtype, int block_m, Visit&& visit) {
       visit(Sm90<cutlass::half_t, 128>{});
       return true;
     }
+    if (dtype == DType::kFloat16 && block_m == 256) {
+      visit(Sm90<cutlass::half_t, 256>{});
+      return true;
+    }
     if (dtype == DType::kBFloat16 && block_m == 64) {
       visit(Sm90<cutlass::bfloat16_t, 64>{});
       return true;
     }
     if (dtype == DType::kBFloat16 && block_m == 128) {
       visit(Sm90<cutlass::bfloat16_t, 128>{});
+      return true;
+    }
+    if (dtype == DType::kBFloat16 && block_m == 256) {
+      visit(Sm90<cutlass::bfloat16_t, 256>{});
       return true;
     }
   }

@@ -121,6 +121,8 @@ template <typename Kernel>
 __global__ void __launch_bounds__(Kernel::kNThreads) gemm_pair_kernel(const __grid_constant__ GemmPairParams p) {
   extern __shared__ __align__(128) char smem[];
   Kernel{}(p, smem);
+  const int m_blocks = (p.m + Kernel::kBlockM - 1) / Kernel::kBlockM;
+  retire(p.ticket, p.ticket + kExitedAfterTicket, p.ready, counters_after_ticket(p, m_blocks));
 }
 
 }  // namespace cute_ops::gemm_pair

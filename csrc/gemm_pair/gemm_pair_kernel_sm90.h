@@ -56,18 +56,35 @@ struct GemmPairKernelSm90 {
   using Epilogue = gemm_pair::Epilogue<Element, kBlockM, kBlockN, kMmaThreads, kLoadThreads>;
   using MmaBarrier = NamedBarrier<1, kMmaThreads, kLoadThreads>;
 
+  // The ring and the staging tile have shared memory apart when both fit (the next tile loads
+  // during an epilogue); otherwise they share it, and the producer takes the next ticket only
+  // once the consumers are done with the staging tile (a one-slot queue, released after the
+  // epilogue).
+  static constexpr int kSmemLimit = 227 * 1024 - 512;
+  static constexpr bool kOverlapEpilogue =
+      sizeof(typename Mainloop::TensorStorage) + sizeof(typename Epilogue::SharedStorage) + 1024 <= kSmemLimit;
   // The ticket entry of each tile the producer has taken and the consumers have not yet read.
-  using WorkQueue = cutlass::PipelineAsync<2>;
+  using WorkQueue = cutlass::PipelineAsync<kOverlapEpilogue ? 2 : 1>;
 
-  struct SharedStorage {
+  struct StorageApart {
     typename Mainloop::TensorStorage ring;
-    typename Epilogue::SharedStorage epilogue;  // its own: it is written while the ring fills
+    typename Epilogue::SharedStorage epilogue;
     typename Mainloop::PipelineStorage pipeline;
     typename WorkQueue::SharedStorage queue;
     int4 work[2];
   };
+  struct StorageShared {
+    union {
+      typename Mainloop::TensorStorage ring;
+      typename Epilogue::SharedStorage epilogue;
+    };
+    typename Mainloop::PipelineStorage pipeline;
+    typename WorkQueue::SharedStorage queue;
+    int4 work[2];
+  };
+  using SharedStorage = std::conditional_t<kOverlapEpilogue, StorageApart, StorageShared>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));  // dynamic shared memory
-  static_assert(kSmemBytes <= 227 * 1024 - 512, "the tile config's shared memory exceeds an SM's");
+  static_assert(kSmemBytes <= kSmemLimit, "the tile config's shared memory exceeds an SM's");
 
   using Params = GemmPairParamsSm90<Mainloop>;
 
@@ -173,13 +190,18 @@ struct GemmPairKernelSm90 {
     for (;;) {
       queue.consumer_wait(slot);
       const int4 entry = storage.work[slot.index()];
-      queue.consumer_release(slot);
-      ++slot;
+      if (kOverlapEpilogue || entry.x < 0) queue.consumer_release(slot);
       if (entry.x < 0) return;
       const WorkTile w{entry.x, entry.y, entry.z, entry.w};
       const int k_tiles = k_range(params.p, w).k_tiles;
       compute_tile(params, w, k_tiles, pipeline, read, storage);
       read.advance(k_tiles);
+      if (!kOverlapEpilogue) {
+        // This thread is done with the staging tile, which the next tile's TMA loads overwrite.
+        cutlass::arch::fence_view_async_shared();
+        queue.consumer_release(slot);
+      }
+      ++slot;
     }
   }
 
@@ -227,6 +249,9 @@ __global__ void __launch_bounds__(Kernel::kNThreads, Kernel::kCtasPerSm)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) char smem[];
   Kernel{}(params, smem);
+  const GemmPairParams& p = params.p;
+  const int m_blocks = (p.m + Kernel::kBlockM - 1) / Kernel::kBlockM;
+  retire(p.ticket, p.ticket + kExitedAfterTicket, p.ready, counters_after_ticket(p, m_blocks));
 #endif
 }
 

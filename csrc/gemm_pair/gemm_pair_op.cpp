@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <stdexcept>
 
+#include "common/arrival_counters.h"
 #include "common/device_info.h"
 #include "common/per_device.h"
 #include "common/torch_utils.h"
@@ -26,9 +28,27 @@ using gemm_pair::Geometry;
 using gemm_pair::order_table;
 using gemm_pair::Policy;
 
-// The tile config for M rows: the smallest of 16, 64 and 128 rows that holds M, where the
-// kernels' kind may be sm80; sm90 only (forced) has no 16-row config.
-int auto_block_m(int64_t m, Arch arch) {
+// 256-row tiles (sm90 only) from this many rows: they read a third fewer L2 bytes a flop than
+// 128-row ones, which are L2-bound at large M (H100, M = 512: 340 against 374 us; M = 8192: 4519
+// against 5754; docs/perf-notes.md).
+constexpr int64_t kWideTileMinRows = 512;
+
+// Whether this build and `device` have the 256-row sm90 kernels (asked once per device, dtype).
+bool has_wide_tiles(int device, bool is_bf16) {
+  static std::array<PerDeviceInt, 2> cache;
+  return cache[is_bf16].get(device, [&] {
+    try {
+      return static_cast<int>(gemm_pair_resolve_arch(256, is_bf16, Arch::kSm90) == Arch::kSm90);
+    } catch (const std::invalid_argument&) {  // not a 9.x device, or a build without them
+      return 0;
+    }
+  });
+}
+
+// The tile config for M rows: 256 rows from kWideTileMinRows where the sm90 kernels may run and
+// have them; else the smallest of 16, 64 and 128 rows that holds M (sm90 forced: no 16-row config).
+int auto_block_m(int64_t m, Arch arch, bool wide) {
+  if (arch != Arch::kSm80 && wide && m >= kWideTileMinRows) return 256;
   if (arch == Arch::kSm90) return m <= 64 ? 64 : 128;
   return m <= 16 ? 16 : m <= 64 ? 64 : 128;
 }
@@ -36,13 +56,14 @@ int auto_block_m(int64_t m, Arch arch) {
 // CTAs of a config that fit on an SM of `device` (the current device), for the K-splits and the
 // overlap policy's lag: an occupancy query, made once per (device, kernel kind, config, dtype).
 int ctas_per_sm(int device, int block_m, bool is_bf16, Arch arch) {
-  static std::array<PerDeviceInt, 12> cache;
-  const int config = ((arch == Arch::kSm90) * 3 + (block_m == 16 ? 0 : block_m == 64 ? 1 : 2)) * 2 + is_bf16;
+  static std::array<PerDeviceInt, 16> cache;
+  const int tile = block_m == 16 ? 0 : block_m == 64 ? 1 : block_m == 128 ? 2 : 3;
+  const int config = ((arch == Arch::kSm90) * 4 + tile) * 2 + is_bf16;
   return cache[config].get(device, [&] { return std::max(1, gemm_pair_ctas_per_sm(block_m, is_bf16, arch)); });
 }
 
 // The kernel kind a call runs: `arch` resolved for its tile config on the current device. Left to
-// the op, the sm90 kernels run the 128-row tiles only: at M <= 64 the sm80 ones were as fast or
+// the op, the sm90 kernels run the 128- and 256-row tiles only: at M <= 64 the sm80 ones were as fast or
 // faster on an H100 (M = 1: 126 against 130 us, M = 64: 146 against 151; docs/perf-notes.md).
 // The sm90 kernels also load whole 64-column K tiles, so a GEMM0 split that is not a multiple of
 // 64 columns runs the sm80 kernels when the kind is left to the op (forced, the checks refuse it).
@@ -73,9 +94,13 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   problem.m = m, problem.k = k, problem.n0 = n0, problem.n1 = n1, problem.lda = a.stride(0);
   problem.activation = act, problem.tile_sync = tile_sync, problem.is_bf16 = a.scalar_type() == at::kBFloat16;
   const Arch asked = gemm_pair::parse_arch(arch);
-  problem.block_m = block_m ? static_cast<int>(block_m) : auto_block_m(m, asked);
-  problem.split_k0 = split_k0, problem.split_k1 = split_k1;
   const int device = a.device().index();
+  // (A GEMM0 split of whole 64-column K tiles only: the others run sm80 kernels, which have no
+  // 256-row config.)
+  const bool wide = has_wide_tiles(device, problem.is_bf16) &&
+                    (split_k0 <= 0 || split_k0 % gemm_pair::kSm90SplitStep == 0);
+  problem.block_m = block_m ? static_cast<int>(block_m) : auto_block_m(m, asked, wide);
+  problem.split_k0 = split_k0, problem.split_k1 = split_k1;
   const Arch kind = kernel_kind(problem.block_m, problem.is_bf16, asked, split_k0);
   problem.ctas_per_sm = ctas_per_sm(device, problem.block_m, problem.is_bf16, kind);
   problem.slots = int64_t{device_info(device).sms} * problem.ctas_per_sm;
@@ -87,10 +112,9 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   plan.params.order =
       order_table(g, separate_launches ? Policy::kSequential : pol, tile_sync, lag_used, device, stream);
 
-  // Workspace from the plan's sizes. The counters are zeroed in the stream (a memset node in a
-  // CUDA graph), so every launch and replay starts fresh.
-  at::Tensor counters = at::empty({plan.counters.size}, a.options().dtype(at::kInt));
-  check_cuda(cudaMemsetAsync(counters.data_ptr(), 0, counters.numel() * sizeof(int), stream), "gemm_pair counters");
+  // Workspace from the plan's sizes. The counters are this stream's (or this capture's) zeroed
+  // set, which every launch leaves zero: no memset before a launch or a replay.
+  int* counters = arrival_counters(device, stream, static_cast<size_t>(plan.counters.size));
   at::Tensor h = at::empty({plan.h_elems}, a.options());
   at::Tensor partials[2];
   float* partial_ptrs[2] = {nullptr, nullptr};
@@ -99,7 +123,7 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
     partials[i] = at::empty({plan.partials[i]}, a.options().dtype(at::kFloat));
     partial_ptrs[i] = partials[i].data_ptr<float>();
   }
-  gemm_pair::bind_workspace(plan, counters.data_ptr<int>(), partial_ptrs);
+  gemm_pair::bind_workspace(plan, counters, partial_ptrs);
   GemmPairParams& p = plan.params;
   p.a = a.data_ptr(), p.b0 = b0.data_ptr(), p.b1 = b1.data_ptr(), p.h = h.data_ptr(), p.out = out.data_ptr();
   if (!separate_launches) {

@@ -13,9 +13,9 @@ using supported::contains;
 inline constexpr const char kFamily[] = "gemm_pair";
 inline constexpr const char* kArchs[] = {"sm90", "sm80"};
 inline constexpr DType kDtypes[] = {DType::kFloat16, DType::kBFloat16};
-inline constexpr int kBlockMs[] = {16, 64, 128};
+inline constexpr int kBlockMs[] = {16, 64, 128, 256};
 
 // The same, with each architecture's own sets under "by_arch".
-inline constexpr const char kJson[] = R"json({"arch": ["sm90", "sm80"], "dtype": ["float16", "bfloat16"], "block_m": [16, 64, 128], "by_arch": {"sm90": {"dtype": ["float16", "bfloat16"], "block_m": [64, 128]}, "sm80": {"dtype": ["float16", "bfloat16"], "block_m": [16, 64, 128]}}})json";
+inline constexpr const char kJson[] = R"json({"arch": ["sm90", "sm80"], "dtype": ["float16", "bfloat16"], "block_m": [16, 64, 128, 256], "by_arch": {"sm90": {"dtype": ["float16", "bfloat16"], "block_m": [64, 128, 256]}, "sm80": {"dtype": ["float16", "bfloat16"], "block_m": [16, 64, 128]}}})json";
 
 }  // namespace cute_ops::supported::gemm_pair

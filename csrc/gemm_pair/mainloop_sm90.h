@@ -26,8 +26,8 @@ namespace cute_ops::gemm_pair {
 
 using namespace cute;
 
-// kBlockM 64: one consumer warp group (64 x 128 accumulators); 128 and more: two, each 64 rows
-// (CUTLASS's "cooperative" tiling).
+// kBlockM 64: one consumer warp group (64 x 128 accumulators); 128 and 256: two, each kBlockM / 2
+// rows (CUTLASS's "cooperative" tiling).
 template <typename Element_, int kBlockM_, int kStages_>
 struct MainloopSm90 {
   using Element = Element_;  // cutlass::half_t or cutlass::bfloat16_t

@@ -26,14 +26,17 @@ struct Problem {
   int ctas_per_sm = 1;                   // of the tile config (gemm_pair_ctas_per_sm)
 };
 
-// The counters, int32 in one buffer zeroed before every launch (a memset node in a CUDA graph):
+// The counters, int32 from common/arrival_counters.h: zero when a launch starts, and left zero by
+// it (no memset before a launch):
 //   [0]                the ticket
 //   [1]                the second launch's ticket (the two-launch control)
+//   [2], [3]           CTAs finished, of the first / second launch (kExitedAfterTicket after its
+//                      ticket): the last resets the ticket, its own count and the ready counters
 //   [ready, ...)       GEMM0 tiles finished: one per row block, or per (row block, GEMM1 K-split)
 //                      at tile granularity (the kernel's ready_index)
 //   [arrived[i], ...)  GEMM i's K-splits finished, one per output tile (only when it is split)
 struct CounterLayout {
-  int64_t ready = 2;
+  int64_t ready = 2 + kExitedAfterTicket;
   int64_t arrived[2] = {0, 0};
   int64_t size = 0;  // int32 counters in all
 };
@@ -90,8 +93,8 @@ inline Plan make_params(const Problem& pr) {
   return plan;
 }
 
-// Points the params at the caller's workspace: `counters` holds plan.counters.size int32 (zeroed
-// before each launch), partials[i] plan.partials[i] floats (unused, may be null, when 0).
+// Points the params at the caller's workspace: `counters` holds plan.counters.size int32 (zero,
+// and left zero by the launches), partials[i] plan.partials[i] floats (unused, may be null, when 0).
 inline void bind_workspace(Plan& plan, int* counters, float* const (&partials)[2]) {
   GemmPairParams& p = plan.params;
   p.ticket = counters;

@@ -88,4 +88,19 @@ __device__ __forceinline__ void wait_until(const int* counter, int target, Barri
   barrier.sync();
 }
 
+// The counters are not zeroed before a launch (common/arrival_counters.h): each launch leaves
+// them at zero. The launch's last CTA to finish resets them all here (the ticket, its count of
+// finished CTAs, and the `count` counters from `rest` on: ready flags and split arrivals). Its
+// acquire-release count on `exited` orders every other CTA's last access of them before its
+// stores. Every thread of the CTA calls it once, after all its work.
+__device__ __forceinline__ void retire(int* ticket, int* exited, int* rest, int count) {
+  __shared__ bool is_last;
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = fetch_add_acq_rel(exited, 1) == static_cast<int>(gridDim.x) - 1;
+  __syncthreads();
+  if (!is_last) return;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) rest[i] = 0;
+  if (threadIdx.x == 0) *ticket = 0, *exited = 0;
+}
+
 }  // namespace cute_ops::gemm_pair
