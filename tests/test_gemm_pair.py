@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -362,15 +363,8 @@ def test_two_streams_at_once():
             _assert_matches(out, a, b0, b1)
 
 
-@pytest.mark.gpu
-def test_counters_left_zero_for_the_next_call():
-    # No memset before a launch: each launch leaves its stream's counters at zero (its last CTA
-    # resets them). A counter left nonzero would hand the next call's CTAs tickets past its order
-    # table (tiles skipped: GEMM1 tiles wait forever for them) or let its GEMM1 tiles read h early.
-    # So calls of different sizes, splits and launch counts follow each other on one stream, then
-    # on a second stream, then inside a graph that replays between eager calls. The streams are
-    # polled before anything that synchronizes (the capture does), so a hang fails the test
-    # instead of hanging it.
+def _counter_sequence():
+    """The body of test_counters_left_zero_for_the_next_call, run in a child process."""
     shapes = [(1, None, None, False), (300, 0, 0, False), (7, 128, 128, False), (1000, None, None, True),
               (64, 256, None, False), (1, 0, 128, True)]
     problems = [_problem(m, torch.bfloat16, "swiglu", hidden=1024, inter=2048, out=512) for m, *_ in shapes]
@@ -397,6 +391,25 @@ def test_counters_left_zero_for_the_next_call():
     assert finished(main), "gemm_pair calls between graph replays did not finish"
     for i, out in enumerate(outs + holder["outs"]):
         _assert_matches(out, *problems[i % len(problems)])
+
+
+@pytest.mark.gpu
+def test_counters_left_zero_for_the_next_call():
+    # No memset before a launch: each launch leaves its stream's counters at zero (its last CTA
+    # resets them). A counter left nonzero would hand the next call's CTAs tickets past its order
+    # table (tiles skipped: GEMM1 tiles then wait forever for them) or let its GEMM1 tiles read h
+    # early. So calls of different sizes, splits and launch counts follow each other on one
+    # stream, then on a second stream, then inside a graph that replays between eager calls. In a
+    # child process: once the GPU hangs, the next call's host side blocks too (a new order table's
+    # cudaMalloc waits for the device), so only killing the process turns a hang into a failure.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    code = f"import sys; sys.path.insert(0, {tests!r}); import test_gemm_pair as t; t._counter_sequence(); print('sequence ok')"
+    try:
+        r = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(tests), capture_output=True, text=True,
+                           timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the calls did not finish in 120 s: a launch left a counter set (or the GPU hung)")
+    assert r.returncode == 0 and "sequence ok" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
 
 
 @pytest.mark.gpu
