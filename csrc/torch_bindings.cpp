@@ -131,7 +131,7 @@ TORCH_LIBRARY(cute_ops, m) {
   // "sequential", "row_interleaved" or "overlap" (tile order); granularity "tile" or "row" (what a
   // GEMM1 tile waits for). split_k0 / split_k1: K columns a GEMM0 split reads / h columns a GEMM1
   // split reads (-1 automatic, 0 no split);
-  // block_m: 0 automatic, 16, 64 or 128; lag: the overlap policy's (-1: the CTAs that fit at once).
+  // block_m: 0 automatic, 16, 64, 128 or 256 (sm90 only); lag: the overlap policy's (-1: the CTAs that fit at once).
   // separate_launches: the same tiles as two stream-ordered launches (the scheduler's control).
   // arch: the kernels' kind, "auto" (sm90 on 9.x devices for block_m 128, else sm80),
   // "sm80" (mma.sync, cp.async) or "sm90" (wgmma, TMA; 9.x only).
