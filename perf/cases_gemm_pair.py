@@ -36,19 +36,24 @@ def _compiled_mlp():
     return torch.compile(_mlp, fullgraph=True)
 
 
+def mlp_inputs(m: int, dtype: torch.dtype = torch.bfloat16):
+    """Fresh inputs of the MLP at M rows: (x, w_gate_up, packed, w_down), gate and up both merged
+    as cuBLAS takes them and packed as fused_mlp takes them."""
+    x = torch.randn(m, HIDDEN, device="cuda", dtype=dtype)
+    if m > 1:
+        torch._dynamo.mark_dynamic(x, 0)
+    w_gate, w_up = [(torch.randn(INTER, HIDDEN, device="cuda") / HIDDEN**0.5).to(dtype) for _ in range(2)]
+    w_down = (torch.randn(HIDDEN, INTER, device="cuda") / INTER**0.5).to(dtype)
+    w_gate_up = torch.cat([w_gate, w_up])  # the merged projection inference engines use with cuBLAS
+    packed = cute_ops.pack_gate_up(w_gate, w_up)
+    return x, w_gate_up, packed, w_down
+
+
 def _mlp_case(m: int) -> Case:
     dtype = torch.bfloat16
 
     def setup():
-        x = torch.randn(m, HIDDEN, device="cuda", dtype=dtype)
-        if m > 1:
-            torch._dynamo.mark_dynamic(x, 0)
-        w_gate, w_up = [(torch.randn(INTER, HIDDEN, device="cuda") / HIDDEN**0.5).to(dtype) for _ in range(2)]
-        w_down = (torch.randn(HIDDEN, INTER, device="cuda") / INTER**0.5).to(dtype)
-        w_gate_up = torch.cat([w_gate, w_up])  # the merged projection inference engines use with cuBLAS
-        packed = cute_ops.pack_gate_up(w_gate, w_up)
-        del w_gate, w_up
-
+        x, w_gate_up, packed, w_down = mlp_inputs(m, dtype)
         compiled_mlp = _compiled_mlp()
 
         impls = {

@@ -282,3 +282,53 @@ def test_report_plots_each_family_with_both_gpus(results_dir, tmp_path):
     for family in ALL:
         assert (docs / "img" / f"bench_{family}.png").stat().st_size > 0
         assert f"![{family}](img/bench_{family}.png)" in md
+
+
+# -- perf/tools/gemm_pair_choices.py --------------------------------------------------------------
+
+def _choices():
+    sys.path.insert(0, str(PERF / "tools"))
+    try:
+        import gemm_pair_choices
+    finally:
+        sys.path.remove(str(PERF / "tools"))
+    return gemm_pair_choices
+
+
+BY_ARCH = {"sm80": {"dtype": ["bfloat16"], "block_m": [16, 64, 128]},
+           "sm90": {"dtype": ["bfloat16"], "block_m": [64, 128, 256]}}
+
+
+@pytest.mark.parametrize("splits", [False, True])
+def test_gemm_pair_choices_force_every_kind_and_height(splits):
+    choices = _choices().variants(BY_ARCH, splits)
+    assert choices.pop("ours") == {}  # the op's own choice, next to every forced one
+    heights = {(kw["arch"], kw["block_m"]) for kw in choices.values() if "block_m" in kw}
+    assert heights == {(arch, m) for arch, sets in BY_ARCH.items() for m in sets["block_m"]}
+    split = [kw for kw in choices.values() if "split_k0" in kw or "split_k1" in kw]
+    assert bool(split) == splits
+    # Whole sm90 K tiles for GEMM0, whole GEMM0 tiles of h (64 columns) for GEMM1.
+    assert all(kw.get("split_k0", 0) % 64 == 0 and kw.get("split_k1", 0) % 64 == 0 for kw in split)
+
+
+def test_gemm_pair_choices_pass_the_ops_checks():
+    # Every variant through the op's input rules (its fake impl, on meta tensors of the MLP's shape).
+    import torch
+
+    import cute_ops
+    from cute_ops import _library
+
+    if not cute_ops.schemas_loaded():
+        pytest.skip("the extension is not built: the op's checks live in it")
+    by_arch = _library.supported_configs()["gemm_pair"]["by_arch"]
+    x = torch.empty(17, 4096, device="meta", dtype=torch.bfloat16)
+    w_gate_up = torch.empty(2 * 14336, 4096, device="meta", dtype=torch.bfloat16)
+    w_down = torch.empty(4096, 14336, device="meta", dtype=torch.bfloat16)
+    for name, kw in _choices().variants(by_arch, True).items():
+        assert cute_ops.gemm_pair(x, w_gate_up, w_down, **kw).shape == (17, 4096), name
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on a GPU the tool times for minutes")
+def test_gemm_pair_choices_without_a_gpu_says_so(capsys):
+    assert _choices().main(["1"]) == 0
+    assert "needs a CUDA GPU" in capsys.readouterr().out
