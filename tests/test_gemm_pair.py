@@ -363,15 +363,28 @@ def test_two_streams_at_once():
             _assert_matches(out, a, b0, b1)
 
 
-def _counter_sequence():
-    """The body of test_counters_left_zero_for_the_next_call, run in a child process."""
+def _counter_sequence(arch):
+    """The body of test_counters_left_zero_for_the_next_call, run in a child process. Every call
+    gets fresh inputs (x new, the weights kept) into NaN-poisoned memory, so a GEMM1 tile that read
+    h early would read another call's h or NaN, never this call's."""
+    torch.manual_seed(0)
+    gemm_pair = functools.partial(cute_ops.gemm_pair, arch=arch) if arch else cute_ops.gemm_pair
+    hidden, inter, n1 = 1024, 2048, 512
+    # (M, split_k0, split_k1, two launches): M = 600 and 1000 take 256-row tiles where sm90 runs.
     shapes = [(1, None, None, False), (300, 0, 0, False), (7, 128, 128, False), (1000, None, None, True),
-              (64, 256, None, False), (1, 0, 128, True)]
-    problems = [_problem(m, torch.bfloat16, "swiglu", hidden=1024, inter=2048, out=512) for m, *_ in shapes]
+              (64, 256, None, False), (600, None, None, False), (1, 0, 128, True)]
+    weights = [_problem(1, torch.bfloat16, "swiglu", hidden=hidden, inter=inter, out=n1)[1:] for _ in shapes]
+    largest = max(m for m, *_ in shapes)
+    h_bytes, out_bytes = largest * inter * 2, largest * n1 * 2
 
-    def run_all():
-        return [cute_ops.gemm_pair(a, b0, b1, split_k0=s0, split_k1=s1, separate_launches=two)
-                for (a, b0, b1), (_, s0, s1, two) in zip(problems, shapes)]
+    def run_all(inputs=None):
+        """One call per shape, on fresh x unless `inputs` are given: [(out, x, b0, b1)]."""
+        inputs = inputs or [torch.randn(m, hidden, device="cuda").to(torch.bfloat16) for m, *_ in shapes]
+        calls = []
+        for x, (b0, b1), (_, s0, s1, two) in zip(inputs, weights, shapes):
+            poison_allocator(h_bytes, out_bytes)
+            calls.append((gemm_pair(x, b0, b1, split_k0=s0, split_k1=s1, separate_launches=two), x, b0, b1))
+        return calls
 
     def finished(*streams):
         events = [s.record_event() for s in streams]
@@ -379,22 +392,26 @@ def _counter_sequence():
 
     main, side = torch.cuda.current_stream(), torch.cuda.Stream()
     side.wait_stream(main)
-    outs = run_all() + run_all()
+    calls = run_all() + run_all()
     with torch.cuda.stream(side):
-        outs += run_all()
+        calls += run_all()
     assert finished(main, side), "eager gemm_pair calls did not finish"
+    captured_x = [torch.randn(m, hidden, device="cuda").to(torch.bfloat16) for m, *_ in shapes]
     holder = {}
-    graph = capture_graph(lambda: holder.update(outs=run_all()))
+    graph = capture_graph(lambda: holder.update(calls=run_all(captured_x)))
     for _ in range(2):
+        for x in captured_x:  # new values in the captured inputs, so each replay has new results
+            x.copy_(torch.randn(x.shape, device="cuda"))
         graph.replay()
-        outs += run_all()
+        calls += [(out.clone(), x.clone(), b0, b1) for out, x, b0, b1 in holder["calls"]]
+        calls += run_all()
     assert finished(main), "gemm_pair calls between graph replays did not finish"
-    for i, out in enumerate(outs + holder["outs"]):
-        _assert_matches(out, *problems[i % len(problems)])
+    for out, x, b0, b1 in calls:
+        _assert_matches(out, x, b0, b1)
 
 
 @pytest.mark.gpu
-def test_counters_left_zero_for_the_next_call():
+def test_counters_left_zero_for_the_next_call(kernel_arch):
     # No memset before a launch: each launch leaves its stream's counters at zero (its last CTA
     # resets them). A counter left nonzero would hand the next call's CTAs tickets past its order
     # table (tiles skipped: GEMM1 tiles then wait forever for them) or let its GEMM1 tiles read h
@@ -403,12 +420,14 @@ def test_counters_left_zero_for_the_next_call():
     # child process: once the GPU hangs, the next call's host side blocks too (a new order table's
     # cudaMalloc waits for the device), so only killing the process turns a hang into a failure.
     tests = os.path.dirname(os.path.abspath(__file__))
-    code = f"import sys; sys.path.insert(0, {tests!r}); import test_gemm_pair as t; t._counter_sequence(); print('sequence ok')"
+    code = (f"import sys; sys.path.insert(0, {tests!r}); import test_gemm_pair as t; "
+            f"t._counter_sequence({kernel_arch!r}); print('sequence ok')")
     try:
         r = subprocess.run([sys.executable, "-c", code], cwd=os.path.dirname(tests), capture_output=True, text=True,
                            timeout=120)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the calls did not finish in 120 s: a launch left a counter set (or the GPU hung)")
+    except subprocess.TimeoutExpired as e:
+        pytest.fail("the calls did not finish in 120 s: a launch left a counter set (or the GPU hung)\n"
+                    f"{(e.stdout or '')[-2000:]}{(e.stderr or '')[-2000:]}")
     assert r.returncode == 0 and "sequence ok" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
 
 

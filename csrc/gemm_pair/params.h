@@ -31,7 +31,8 @@ struct Problem {
 //   [0]                the ticket
 //   [1]                the second launch's ticket (the two-launch control)
 //   [2], [3]           CTAs finished, of the first / second launch (kExitedAfterTicket after its
-//                      ticket): the last resets the ticket, its own count and the ready counters
+//                      ticket): the last resets the ticket, its own count, the ready counters
+//                      and the split arrivals (tile_sync.h, retire)
 //   [ready, ...)       GEMM0 tiles finished: one per row block, or per (row block, GEMM1 K-split)
 //                      at tile granularity (the kernel's ready_index)
 //   [arrived[i], ...)  GEMM i's K-splits finished, one per output tile (only when it is split)
