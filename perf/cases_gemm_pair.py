@@ -70,10 +70,6 @@ def _mlp_case(m: int) -> Case:
         impls["ours_sm80"] = lambda: cute_ops.fused_mlp(x, packed, w_down, arch="sm80")
         if torch.cuda.get_device_capability()[0] == 9:
             impls["ours_sm90"] = lambda: cute_ops.fused_mlp(x, packed, w_down, arch="sm90")
-            if m >= 256:
-                impls["ours_sm90_256"] = lambda: cute_ops.gemm_pair(x, packed, w_down, arch="sm90", block_m=256)
-                impls["ours_sm90_256_two"] = lambda: cute_ops.gemm_pair(x, packed, w_down, arch="sm90", block_m=256,
-                                                                        separate_launches=True)
         if m <= GEMV_MAX_ROWS:
             # The decode model's MLP at these sizes: two gemv launches (SwiGLU, then down).
             impls["ours_gemv"] = lambda: cute_ops.gemv(cute_ops.gemv(x, packed, activation="swiglu"), w_down)
@@ -82,7 +78,7 @@ def _mlp_case(m: int) -> Case:
     weight_bytes = 3 * HIDDEN * INTER * 2
     return Case("fused_mlp", "gemm_pair", {"M": m, "H": HIDDEN, "I": INTER}, dtype, setup,
                 bytes=weight_bytes + 2 * m * HIDDEN * 2, flops=6 * m * HIDDEN * INTER,
-                impls=("ours", "ours_sm80", "ours_sm90", "ours_sm90_256", "ours_sm90_256_two", "ours_sequential_row", "ours_row_interleaved", "ours_overlap",
+                impls=("ours", "ours_sm80", "ours_sm90", "ours_sequential_row", "ours_row_interleaved", "ours_overlap",
                        "ours_two_launches", "cublas_graph", "cublas_eager", "torch_compile", "ours_gemv"),
                 eager=("cublas_eager",), read_dominated=True)
 

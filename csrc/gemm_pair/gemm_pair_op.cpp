@@ -45,6 +45,11 @@ bool has_wide_tiles(int device, bool is_bf16) {
   });
 }
 
+// Whether a GEMM0 split (0 or less: none) is made of whole sm90 K tiles. The sm90 kernels load
+// only whole 64-column K tiles; other splits run the sm80 kernels when the kind is left to the op
+// (forced, the checks refuse them), so they get no 256-row tiles either.
+bool fits_sm90_split(int64_t split_k0) { return split_k0 <= 0 || split_k0 % gemm_pair::kSm90SplitStep == 0; }
+
 // The tile config for M rows: 256 rows from kWideTileMinRows where the sm90 kernels may run and
 // have them; else the smallest of 16, 64 and 128 rows that holds M (sm90 forced: no 16-row config).
 int auto_block_m(int64_t m, Arch arch, bool wide) {
@@ -63,14 +68,12 @@ int ctas_per_sm(int device, int block_m, bool is_bf16, Arch arch) {
 }
 
 // The kernel kind a call runs: `arch` resolved for its tile config on the current device. Left to
-// the op, the sm90 kernels run the 128- and 256-row tiles only: at M <= 64 the sm80 ones were as fast or
-// faster on an H100 (M = 1: 126 against 130 us, M = 64: 146 against 151; docs/perf-notes.md).
-// The sm90 kernels also load whole 64-column K tiles, so a GEMM0 split that is not a multiple of
-// 64 columns runs the sm80 kernels when the kind is left to the op (forced, the checks refuse it).
+// the op, the sm90 kernels run the 128- and 256-row tiles only (at M <= 64 the sm80 ones were as
+// fast or faster on an H100: M = 1: 126 against 130 us, M = 64: 146 against 151;
+// docs/perf-notes.md), and only GEMM0 splits that fits_sm90_split accepts.
 Arch kernel_kind(int block_m, bool is_bf16, Arch arch, int64_t split_k0) {
   const Arch kind = gemm_pair_resolve_arch(block_m, is_bf16, arch);
-  const bool split_fits = split_k0 <= 0 || split_k0 % gemm_pair::kSm90SplitStep == 0;
-  if (kind == Arch::kSm90 && arch == Arch::kAuto && (block_m < 128 || !split_fits)) {
+  if (kind == Arch::kSm90 && arch == Arch::kAuto && (block_m < 128 || !fits_sm90_split(split_k0))) {
     return gemm_pair_resolve_arch(block_m, is_bf16, Arch::kSm80);
   }
   return kind;
@@ -95,10 +98,7 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   problem.activation = act, problem.tile_sync = tile_sync, problem.is_bf16 = a.scalar_type() == at::kBFloat16;
   const Arch asked = gemm_pair::parse_arch(arch);
   const int device = a.device().index();
-  // (A GEMM0 split of whole 64-column K tiles only: the others run sm80 kernels, which have no
-  // 256-row config.)
-  const bool wide = has_wide_tiles(device, problem.is_bf16) &&
-                    (split_k0 <= 0 || split_k0 % gemm_pair::kSm90SplitStep == 0);
+  const bool wide = has_wide_tiles(device, problem.is_bf16) && fits_sm90_split(split_k0);
   problem.block_m = block_m ? static_cast<int>(block_m) : auto_block_m(m, asked, wide);
   problem.split_k0 = split_k0, problem.split_k1 = split_k1;
   const Arch kind = kernel_kind(problem.block_m, problem.is_bf16, asked, split_k0);

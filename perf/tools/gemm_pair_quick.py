@@ -12,7 +12,7 @@ import torch  # noqa: E402
 import cases_gemm_pair  # noqa: E402
 from harness import time_case  # noqa: E402
 
-KEEP = ("ours", "ours_sm80", "ours_sm90", "ours_sm90_256", "ours_sm90_256_two", "ours_two_launches", "cublas_graph", "torch_compile")
+KEEP = ("ours", "ours_sm80", "ours_sm90", "ours_two_launches", "cublas_graph", "torch_compile")
 
 for m in [int(a) for a in sys.argv[1:]] or [1, 16, 64, 128]:
     case = cases_gemm_pair._mlp_case(m)
