@@ -111,6 +111,13 @@ def gemm_pair_cases():
         a, b0, b1 = rand(m, k), rand(n0, k) * 0.1, rand(n1, inter) * 0.1
         for kw in ({}, dict(split_k0=24, split_k1=0), dict(policy="overlap", lag=1)):
             cute_ops.gemm_pair(a, b0, b1, act, **kw)
+        if torch.cuda.get_device_capability()[0] == 9:  # the sm90 kernels at each tile height
+            for kw in (dict(block_m=64), dict(block_m=128), dict(block_m=256), dict(block_m=256, separate_launches=True)):
+                cute_ops.gemm_pair(a, b0, b1, act, arch="sm90", **kw)
+    if torch.cuda.get_device_capability()[0] == 9:  # sm90 K-splits of both GEMMs, with tails
+        a, b0, b1 = rand(17, 200), rand(2 * 296, 200) * 0.1, rand(40, 296) * 0.1
+        for block_m in (64, 128, 256):
+            cute_ops.gemm_pair(a, b0, b1, arch="sm90", block_m=block_m, split_k0=64, split_k1=128)
 
 
 def gemv_cases():

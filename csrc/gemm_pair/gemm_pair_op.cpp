@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "common/arrival_counters.h"
+#include "common/cuda_check.h"
 #include "common/device_info.h"
 #include "common/per_device.h"
 #include "common/torch_utils.h"
@@ -33,16 +34,17 @@ using gemm_pair::Policy;
 // against 5754; docs/perf-notes.md).
 constexpr int64_t kWideTileMinRows = 512;
 
-// Whether this build and `device` have the 256-row sm90 kernels (asked once per device, dtype).
+// Whether this build and `device` have the 256-row sm90 kernels (asked once per device, dtype:
+// cached as 2 for yes and 1 for no, since the cache takes 0 for "not asked yet").
 bool has_wide_tiles(int device, bool is_bf16) {
   static std::array<PerDeviceInt, 2> cache;
   return cache[is_bf16].get(device, [&] {
     try {
-      return static_cast<int>(gemm_pair_resolve_arch(256, is_bf16, Arch::kSm90) == Arch::kSm90);
+      return gemm_pair_resolve_arch(256, is_bf16, Arch::kSm90) == Arch::kSm90 ? 2 : 1;
     } catch (const std::invalid_argument&) {  // not a 9.x device, or a build without them
-      return 0;
+      return 1;
     }
-  });
+  }) == 2;
 }
 
 // Whether a GEMM0 split (0 or less: none) is made of whole sm90 K tiles. The sm90 kernels load
@@ -50,10 +52,42 @@ bool has_wide_tiles(int device, bool is_bf16) {
 // (forced, the checks refuse them), so they get no 256-row tiles either.
 bool fits_sm90_split(int64_t split_k0) { return split_k0 <= 0 || split_k0 % gemm_pair::kSm90SplitStep == 0; }
 
+// Decode sizes, where the weights' stream sets the time: up to kSm80SmallRows rows the sm80 16-row
+// tiles are the fastest on both Hopper GPUs (H200, M = 8: 100 against 104 us for sm90's 64-row
+// tiles); above, sm90's 64-row tiles, whose TMA ring keeps more bytes in flight an SM, up to
+// sm90_small_rows_max rows (docs/perf-notes.md, session 36).
+constexpr int64_t kSm80SmallRows = 8;
+
+// Peak DRAM bandwidth of `device` in GB/s (memory clock and bus width, double data rate), asked once.
+int peak_dram_gbps(int device) {
+  static PerDeviceInt cache;
+  return cache.get(device, [&] {
+    int khz = 0, bits = 0;
+    check_cuda(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device), "memory clock");
+    check_cuda(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device), "memory bus width");
+    return std::max(1, static_cast<int>(2.0 * khz * (bits / 8) / 1e6));
+  });
+}
+
+// The most rows the sm90 64-row tiles take when the op chooses. 64 where the DRAM peaks at 4 TB/s or
+// more (H200, 4.8: M = 32 104 against 131 us, M = 64 112 against 129; the sm80 kernels' bytes in
+// flight fall short of its read rate), else 32 (H100, 3.35: sm90 1-2% faster at M = 12-32, sm80's
+// 64-row tiles 1-3% faster at M = 48 and 64).
+int64_t sm90_small_rows_max(int device) { return peak_dram_gbps(device) >= 4000 ? 64 : 32; }
+
+// Whether a call left to the op (kind and tile height) runs the sm90 64-row tiles at its M.
+// `sm90`: this build and device have the sm90 kernels and the GEMM0 split fits them.
+bool small_on_sm90(int64_t m, Arch arch, int64_t block_m, bool sm90, int device) {
+  return sm90 && arch == Arch::kAuto && (block_m == 0 || block_m == 64) && m > kSm80SmallRows &&
+         m <= sm90_small_rows_max(device);
+}
+
 // The tile config for M rows: 256 rows from kWideTileMinRows where the sm90 kernels may run and
-// have them; else the smallest of 16, 64 and 128 rows that holds M (sm90 forced: no 16-row config).
-int auto_block_m(int64_t m, Arch arch, bool wide) {
+// have them; 64 rows where small_on_sm90 says; else the smallest of 16, 64 and 128 rows that holds
+// M (sm90 forced: no 16-row config).
+int auto_block_m(int64_t m, Arch arch, bool wide, bool small_sm90) {
   if (arch != Arch::kSm80 && wide && m >= kWideTileMinRows) return 256;
+  if (small_sm90) return 64;
   if (arch == Arch::kSm90) return m <= 64 ? 64 : 128;
   return m <= 16 ? 16 : m <= 64 ? 64 : 128;
 }
@@ -68,12 +102,12 @@ int ctas_per_sm(int device, int block_m, bool is_bf16, Arch arch) {
 }
 
 // The kernel kind a call runs: `arch` resolved for its tile config on the current device. Left to
-// the op, the sm90 kernels run the 128- and 256-row tiles only (at M <= 64 the sm80 ones were as
-// fast or faster on an H100: M = 1: 126 against 130 us, M = 64: 146 against 151;
-// docs/perf-notes.md), and only GEMM0 splits that fits_sm90_split accepts.
-Arch kernel_kind(int block_m, bool is_bf16, Arch arch, int64_t split_k0) {
+// the op, the sm90 kernels run the 128- and 256-row tiles and the small-M calls small_on_sm90
+// names; other 64-row calls run the sm80 kernels (H100, M = 64: 145 against 150 us), and only
+// GEMM0 splits that fits_sm90_split accepts run sm90.
+Arch kernel_kind(int block_m, bool is_bf16, Arch arch, int64_t split_k0, bool small_sm90) {
   const Arch kind = gemm_pair_resolve_arch(block_m, is_bf16, arch);
-  if (kind == Arch::kSm90 && arch == Arch::kAuto && (block_m < 128 || !fits_sm90_split(split_k0))) {
+  if (kind == Arch::kSm90 && arch == Arch::kAuto && ((block_m < 128 && !small_sm90) || !fits_sm90_split(split_k0))) {
     return gemm_pair_resolve_arch(block_m, is_bf16, Arch::kSm80);
   }
   return kind;
@@ -99,9 +133,10 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   const Arch asked = gemm_pair::parse_arch(arch);
   const int device = a.device().index();
   const bool wide = has_wide_tiles(device, problem.is_bf16) && fits_sm90_split(split_k0);
-  problem.block_m = block_m ? static_cast<int>(block_m) : auto_block_m(m, asked, wide);
+  const bool small_sm90 = small_on_sm90(m, asked, block_m, wide, device);
+  problem.block_m = block_m ? static_cast<int>(block_m) : auto_block_m(m, asked, wide, small_sm90);
   problem.split_k0 = split_k0, problem.split_k1 = split_k1;
-  const Arch kind = kernel_kind(problem.block_m, problem.is_bf16, asked, split_k0);
+  const Arch kind = kernel_kind(problem.block_m, problem.is_bf16, asked, split_k0, small_sm90);
   problem.ctas_per_sm = ctas_per_sm(device, problem.block_m, problem.is_bf16, kind);
   problem.slots = int64_t{device_info(device).sms} * problem.ctas_per_sm;
   gemm_pair::Plan plan = gemm_pair::make_params(problem);
