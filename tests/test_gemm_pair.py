@@ -410,6 +410,43 @@ def _counter_sequence(arch):
         _assert_matches(out, x, b0, b1)
 
 
+def _gpu_kernel_names(call):
+    """The names of the GPU kernels `call()` launches (torch.profiler), after one call outside the
+    profile (a first call also builds and uploads its tile order)."""
+    call()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                   and "emcpy" not in e.name and "emset" not in e.name})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 8, 9, 16, 32, 33, 64])
+def test_automatic_kind_at_decode_sizes(m, kernel_arch):
+    # The op's own choice at decode sizes (small_on_sm90 in gemm_pair_op.cpp): the kernel it
+    # launches is the one of the kind and tile height the rule names, told apart by name (the
+    # two kinds' results need not differ in any bit). The raw op, so the fixture's forced kind
+    # does not apply: both parametrizations check the same thing.
+    major, minor = torch.cuda.get_device_capability()
+    if major != 9:
+        pytest.skip(f"the op chooses between kernel kinds on compute capability 9.x only; this GPU is {major}.{minor}")
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    clock_khz, bus_bits = getattr(props, "memory_clock_rate", 0), getattr(props, "memory_bus_width", 0)
+    if not clock_khz or not bus_bits:
+        pytest.skip("this PyTorch does not report the DRAM's clock and bus width, which the rule reads")
+    sm90_rows_max = 64 if 2 * clock_khz * (bus_bits // 8) / 1e6 >= 4000 else 32
+    a, b0, b1 = _problem(m, torch.bfloat16, "swiglu", hidden=512, inter=1024, out=256)
+
+    def run(arch, block_m):
+        return _gpu_kernel_names(lambda: torch.ops.cute_ops.gemm_pair(a, b0, b1, "swiglu", "sequential", "tile",
+                                                                      -1, -1, block_m, -1, False, arch))
+    chosen = ("sm90", 64) if 8 < m <= sm90_rows_max else ("sm80", 16 if m <= 16 else 64)
+    assert run("auto", 0) == run(*chosen), f"M = {m}: expected the {chosen[0]} kernels with {chosen[1]}-row tiles"
+    assert run(*chosen) != run("sm90" if chosen[0] == "sm80" else "sm80", 64), "the kinds' kernel names do not differ"
+
+
 @pytest.mark.gpu
 def test_counters_left_zero_for_the_next_call(kernel_arch):
     # No memset before a launch: each launch leaves its stream's counters at zero (its last CTA
