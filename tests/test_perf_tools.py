@@ -3,6 +3,7 @@ the metrics, and the side-by-side report, on synthetic results (no GPU is used o
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 
@@ -332,3 +333,17 @@ def test_gemm_pair_choices_pass_the_ops_checks():
 def test_gemm_pair_choices_without_a_gpu_says_so(capsys):
     assert _choices().main(["1"]) == 0
     assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+# -- perf/tools/allreduce_latency.py --------------------------------------------------------------
+
+def test_allreduce_latency_outside_torchrun_says_so(monkeypatch, capsys):
+    sys.path.insert(0, str(PERF / "tools"))
+    try:
+        import allreduce_latency
+    finally:
+        sys.path.remove(str(PERF / "tools"))
+    monkeypatch.delenv("RANK", raising=False)
+    assert allreduce_latency.main(["--rows", "1"]) == 0
+    assert "under torchrun with 2 or more GPUs" in capsys.readouterr().out
+    assert os.environ["NCCL_NVLS_ENABLE"] == "0" and os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
