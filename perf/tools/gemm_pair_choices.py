@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """fused_mlp's automatic choices at given M, timed against the ones it could have made: each
-kernel kind forced at each of its tile heights and, with --splits, K-splits of either GEMM. The
+kernel kind forced at each of its tile heights, with --splits K-splits of either GEMM, and at
+decode sizes (M <= 8) the two gemv launches the LLaMA model runs there (`gemv_pair`). The
 best baseline of the same MLP (the cuBLAS graph and torch.compile, as perf/cases_gemm_pair.py
 builds them) is timed in the same run, the harness's way. For the choices the op makes per device
 (the kernel kind at small M in gemm_pair_op.cpp, the tile height, the automatic splits in
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import cases_gemm_pair as mlp
     import cute_ops
+    from cute_ops.gemv import MAX_ROWS as GEMV_MAX_ROWS
     from harness import Case, time_case
 
     chosen = variants(cute_ops._library.supported_configs()["gemm_pair"]["by_arch"], args.splits)
@@ -66,12 +68,15 @@ def main(argv: list[str] | None = None) -> int:
             x, w_gate_up, packed, w_down = mlp.mlp_inputs(m)
             compiled = mlp._compiled_mlp()
             impls = {name: (lambda kw=kw: cute_ops.gemm_pair(x, packed, w_down, **kw)) for name, kw in chosen.items()}
+            if m <= GEMV_MAX_ROWS:  # the other kernel that could run the MLP here: two gemv launches
+                impls["gemv_pair"] = lambda: cute_ops.gemv(cute_ops.gemv(x, packed, activation="swiglu"), w_down)
             impls["cublas_graph"] = lambda: mlp._mlp(x, w_gate_up, w_down)
             impls["torch_compile"] = lambda: compiled(x, w_gate_up, w_down)
             return impls
 
         case = Case("fused_mlp", "gemm_pair", {"M": m}, torch.bfloat16, setup,
-                    bytes=3 * mlp.HIDDEN * mlp.INTER * 2, impls=tuple(chosen) + ("cublas_graph", "torch_compile"),
+                    bytes=3 * mlp.HIDDEN * mlp.INTER * 2,
+                    impls=tuple(chosen) + (("gemv_pair",) if m <= GEMV_MAX_ROWS else ()) + ("cublas_graph", "torch_compile"),
                     read_dominated=True)
         times, _ = time_case(case)
         best = min(times[k] for k in ("cublas_graph", "torch_compile") if k in times)
