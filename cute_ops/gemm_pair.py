@@ -46,16 +46,17 @@ def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: s
             has too few output tiles to fill the GPU), 0 does not split. Partials are float32 and
             summed in split order, so results are deterministic.
         block_m: rows a tile: None picks 16, 64 or 128 from M, or 256 from M = 512 where the sm90
-            kernels run (64 from M = 9 where the sm90 kernels take small M, under ``arch``).
+            kernels run (64 from M = 9 where the sm90 kernels take small M: see ``arch``).
         lag: the overlap policy's distance, in GEMM0 tiles (None: the CTAs that fit at once,
             divided by GEMM0's K-splits).
         separate_launches: run the same tiles as two launches, GEMM0's then GEMM1's, ordered by
             the stream instead of by flags: the control that isolates what the one-launch
             scheduler gains. ``policy`` is then ignored.
         arch: the kernels' kind. ``"auto"`` runs the sm90 kernels (wgmma, TMA, warp-specialised) on
-            compute capability 9.x for M > 64, and for 8 < M <= 64 (64-row tiles) where the DRAM
-            peaks at 4 TB/s or more (H200; on slower ones, H100, for 8 < M <= 32); the sm80 ones
-            (mma.sync, cp.async) otherwise. ``"sm80"`` or ``"sm90"`` forces one (tests, A/B). The
+            compute capability 9.x for the 128- and 256-row tiles, and for the 64-row tiles at
+            8 < M <= 64 where the DRAM peaks at 4 TB/s or more (H200) or 8 < M <= 32 where it is
+            slower (H100); the sm80 ones (mma.sync, cp.async) otherwise, and for a ``split_k0`` that
+            is not a multiple of 64. ``"sm80"`` or ``"sm90"`` forces one (tests, A/B). The
             sm90 kernels have block_m 64, 128 and 256 (sm80: 16, 64 and 128), and with ``"sm90"``
             ``split_k0`` must be a multiple of 64.
 

@@ -337,13 +337,27 @@ def test_gemm_pair_choices_without_a_gpu_says_so(capsys):
 
 # -- perf/tools/allreduce_latency.py --------------------------------------------------------------
 
-def test_allreduce_latency_outside_torchrun_says_so(monkeypatch, capsys):
+def _allreduce_latency():
     sys.path.insert(0, str(PERF / "tools"))
     try:
         import allreduce_latency
     finally:
         sys.path.remove(str(PERF / "tools"))
+    return allreduce_latency
+
+
+def test_allreduce_latency_outside_torchrun_says_so_with_multicast_off(monkeypatch, capsys):
+    from cute_ops.models.llama.parallel import MULTICAST_OFF
+
+    for name in MULTICAST_OFF:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("RANK", raising=False)
-    assert allreduce_latency.main(["--rows", "1"]) == 0
+    assert _allreduce_latency().main(["--rows", "1"]) == 0
     assert "under torchrun with 2 or more GPUs" in capsys.readouterr().out
-    assert os.environ["NCCL_NVLS_ENABLE"] == "0" and os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert all(os.environ[name] == value for name, value in MULTICAST_OFF.items())
+
+
+def test_allreduce_latency_refuses_multicast_on(monkeypatch):
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
+    with pytest.raises(RuntimeError, match="NVLink multicast"):
+        _allreduce_latency().main(["--rows", "1"])

@@ -34,13 +34,14 @@ using gemm_pair::Policy;
 // against 5754; docs/perf-notes.md).
 constexpr int64_t kWideTileMinRows = 512;
 
-// Whether this build and `device` have the 256-row sm90 kernels (asked once per device, dtype:
-// cached as 2 for yes and 1 for no, since the cache takes 0 for "not asked yet").
-bool has_wide_tiles(int device, bool is_bf16) {
-  static std::array<PerDeviceInt, 2> cache;
-  return cache[is_bf16].get(device, [&] {
+// Whether this build and `device` have the sm90 kernels of a tile height, 64 or 256 rows (asked
+// once per device, height and dtype: cached as 2 for yes and 1 for no, since the cache takes 0 for
+// "not asked yet").
+bool has_sm90_tiles(int device, int block_m, bool is_bf16) {
+  static std::array<PerDeviceInt, 4> cache;
+  return cache[(block_m == 256) * 2 + is_bf16].get(device, [&] {
     try {
-      return gemm_pair_resolve_arch(256, is_bf16, Arch::kSm90) == Arch::kSm90 ? 2 : 1;
+      return gemm_pair_resolve_arch(block_m, is_bf16, Arch::kSm90) == Arch::kSm90 ? 2 : 1;
     } catch (const std::invalid_argument&) {  // not a 9.x device, or a build without them
       return 1;
     }
@@ -71,15 +72,15 @@ int peak_dram_gbps(int device) {
 
 // The most rows the sm90 64-row tiles take when the op chooses. 64 where the DRAM peaks at 4 TB/s or
 // more (H200, 4.8: M = 32 104 against 131 us, M = 64 112 against 129; the sm80 kernels' bytes in
-// flight fall short of its read rate), else 32 (H100, 3.35: sm90 1-2% faster at M = 12-32, sm80's
+// flight fall short of its read rate), else 32 (H100, 3.35: sm90 0-3% faster at M = 12-32, sm80's
 // 64-row tiles 1-3% faster at M = 48 and 64).
 int64_t sm90_small_rows_max(int device) { return peak_dram_gbps(device) >= 4000 ? 64 : 32; }
 
-// Whether a call left to the op (kind and tile height) runs the sm90 64-row tiles at its M.
-// `sm90`: this build and device have the sm90 kernels and the GEMM0 split fits them.
-bool small_on_sm90(int64_t m, Arch arch, int64_t block_m, bool sm90, int device) {
-  return sm90 && arch == Arch::kAuto && (block_m == 0 || block_m == 64) && m > kSm80SmallRows &&
-         m <= sm90_small_rows_max(device);
+// Whether a call whose kind is left to the op (and tile height left to it, or 64) runs the sm90
+// 64-row tiles at its M, where this build and the device have them and the GEMM0 split fits them.
+bool small_on_sm90(int64_t m, Arch arch, int64_t block_m, bool is_bf16, int64_t split_k0, int device) {
+  return arch == Arch::kAuto && (block_m == 0 || block_m == 64) && m > kSm80SmallRows &&
+         m <= sm90_small_rows_max(device) && fits_sm90_split(split_k0) && has_sm90_tiles(device, 64, is_bf16);
 }
 
 // The tile config for M rows: 256 rows from kWideTileMinRows where the sm90 kernels may run and
@@ -132,8 +133,8 @@ at::Tensor gemm_pair_cuda(const at::Tensor& a, const at::Tensor& b0, const at::T
   problem.activation = act, problem.tile_sync = tile_sync, problem.is_bf16 = a.scalar_type() == at::kBFloat16;
   const Arch asked = gemm_pair::parse_arch(arch);
   const int device = a.device().index();
-  const bool wide = has_wide_tiles(device, problem.is_bf16) && fits_sm90_split(split_k0);
-  const bool small_sm90 = small_on_sm90(m, asked, block_m, wide, device);
+  const bool wide = has_sm90_tiles(device, 256, problem.is_bf16) && fits_sm90_split(split_k0);
+  const bool small_sm90 = small_on_sm90(m, asked, block_m, problem.is_bf16, split_k0, device);
   problem.block_m = block_m ? static_cast<int>(block_m) : auto_block_m(m, asked, wide, small_sm90);
   problem.split_k0 = split_k0, problem.split_k1 = split_k1;
   const Arch kind = kernel_kind(problem.block_m, problem.is_bf16, asked, split_k0, small_sm90);

@@ -11,17 +11,17 @@ as it is), `one_shot` reads a tensor already there (what a producer writing into
 gemv with an `out=`, would need). Each is timed alone, 64 back to back in a CUDA graph, and between
 64 `F.linear` calls of a [rows, hidden] x [hidden, hidden] projection (what the all-reduce adds to a
 chain of kernels, the number a decode step pays). Results are checked against NCCL's sums first.
-Prints microseconds per all-reduce on rank 0. NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-and NVSHMEM_DISABLE_NVLS=1 are set before anything starts (parallel.py says why).
+Prints microseconds per all-reduce on rank 0. NVLink multicast is off before anything starts
+(cute_ops.models.llama.parallel.disable_multicast, which says why and refuses a setting that allows it).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import pathlib
+import sys
 
-# Multicast off before torch.distributed or NCCL start (a program using it can put a shared host's
-# GPUs out of service).
-os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 CALLS = 64  # all-reduces a graph: two a layer of a 32-layer model
 
@@ -62,6 +62,7 @@ def measure(rows: int, hidden: int, group) -> dict[str, float | str]:
     import torch.distributed._symmetric_memory as symm_mem
 
     name = group.group_name
+    torch.manual_seed(dist.get_rank())  # each rank its own rows, so a sum that misses a rank shows
     x = torch.randn(rows, hidden, dtype=torch.bfloat16, device="cuda")
     w = torch.randn(hidden, hidden, dtype=torch.bfloat16, device="cuda") / hidden ** 0.5
     buf = symm_mem.empty(rows, hidden, dtype=torch.bfloat16, device="cuda")
@@ -70,8 +71,11 @@ def measure(rows: int, hidden: int, group) -> dict[str, float | str]:
     dist.all_reduce(nccl_sum, group=group)
     one_shot = torch.ops.symm_mem.one_shot_all_reduce_copy(buf, x, "sum", name)
     torch.cuda.synchronize()
-    out: dict[str, float | str] = {"one_shot_equals_nccl": float(torch.equal(one_shot, nccl_sum))}
-    y = x.clone()
+    if not torch.equal(one_shot, nccl_sum):
+        raise RuntimeError(f"rank {dist.get_rank()}: the one-shot all-reduce's sums differ from NCCL's "
+                           f"(largest difference {(one_shot.float() - nccl_sum.float()).abs().max().item()})")
+    out: dict[str, float | str] = {}
+    y = x.clone()  # NCCL's sums in place, replay after replay: values grow, times do not
     ways = {
         "nccl": lambda: [dist.all_reduce(y, group=group) for _ in range(CALLS)],
         "one_shot_copy": lambda: [torch.ops.symm_mem.one_shot_all_reduce_copy(buf, x, "sum", name)
@@ -86,9 +90,18 @@ def measure(rows: int, hidden: int, group) -> dict[str, float | str]:
     for way, fn in ways.items():
         try:
             out[way] = round(graph_us(fn), 2)
+            failed = 0
         except Exception as e:  # a way this PyTorch cannot capture: say so, measure the others
             out[way] = f"failed: {type(e).__name__}: {str(e)[:120]}"
             torch.cuda.synchronize()
+            failed = 1
+        # Every rank goes on only if every rank got through: a rank left alone in a collective hangs.
+        flag = torch.tensor([failed], device="cuda")
+        dist.all_reduce(flag, group=group)
+        if flag.item():
+            for rest in list(ways)[list(ways).index(way) + 1:]:
+                out[rest] = "not run: a way before it failed on some rank"
+            break
     for way in ("nccl", "one_shot_copy"):  # what each adds to a chain of projections
         if isinstance(out.get(f"linear+{way}"), float) and isinstance(out.get("linear"), float):
             out[f"added_by_{way}"] = round(out[f"linear+{way}"] - out["linear"], 2)
@@ -100,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32], help="decode batch sizes")
     ap.add_argument("--hidden", type=int, default=4096, help="the model's hidden size (8B: 4096, 70B: 8192)")
     args = ap.parse_args(argv)
+    from cute_ops.models.llama.parallel import disable_multicast
+
+    disable_multicast()  # before NCCL or symmetric memory start
     if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) < 2:
         print("allreduce_latency: run it under torchrun with 2 or more GPUs, e.g. "
               "torchrun --nproc-per-node 2 perf/tools/allreduce_latency.py")
