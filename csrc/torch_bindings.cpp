@@ -133,7 +133,7 @@ TORCH_LIBRARY(cute_ops, m) {
   // split reads (-1 automatic, 0 no split);
   // block_m: 0 automatic, 16, 64, 128 or 256 (sm90 only); lag: the overlap policy's (-1: the CTAs that fit at once).
   // separate_launches: the same tiles as two stream-ordered launches (the scheduler's control).
-  // arch: the kernels' kind, "auto" (sm90 on 9.x devices for block_m 128 and 256, else sm80),
+  // arch: the kernels' kind, "auto" (the op's choice, stated under `arch` in cute_ops.gemm_pair),
   // "sm80" (mma.sync, cp.async) or "sm90" (wgmma, TMA; 9.x only).
   m.def("gemm_pair(Tensor a, Tensor b0, Tensor b1, str activation=\"swiglu\", str policy=\"sequential\", "
         "str granularity=\"tile\", int split_k0=-1, int split_k1=-1, int block_m=0, int lag=-1, "

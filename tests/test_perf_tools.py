@@ -2,6 +2,7 @@
 the metrics, and the side-by-side report, on synthetic results (no GPU is used or needed)."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pathlib
@@ -287,13 +288,17 @@ def test_report_plots_each_family_with_both_gpus(results_dir, tmp_path):
 
 # -- perf/tools/gemm_pair_choices.py --------------------------------------------------------------
 
-def _choices():
+def _tool(name: str):
+    """The module of perf/tools/<name>.py."""
     sys.path.insert(0, str(PERF / "tools"))
     try:
-        import gemm_pair_choices
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(PERF / "tools"))
-    return gemm_pair_choices
+
+
+def _choices():
+    return _tool("gemm_pair_choices")
 
 
 BY_ARCH = {"sm80": {"dtype": ["bfloat16"], "block_m": [16, 64, 128]},
@@ -337,22 +342,13 @@ def test_gemm_pair_choices_without_a_gpu_says_so(capsys):
 
 # -- perf/tools/allreduce_latency.py --------------------------------------------------------------
 
-def _allreduce_latency():
-    sys.path.insert(0, str(PERF / "tools"))
-    try:
-        import allreduce_latency
-    finally:
-        sys.path.remove(str(PERF / "tools"))
-    return allreduce_latency
-
-
 def test_allreduce_latency_outside_torchrun_says_so_with_multicast_off(monkeypatch, capsys):
     from cute_ops.models.llama.parallel import MULTICAST_OFF
 
     for name in MULTICAST_OFF:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("RANK", raising=False)
-    assert _allreduce_latency().main(["--rows", "1"]) == 0
+    assert _tool("allreduce_latency").main(["--rows", "1"]) == 0
     assert "under torchrun with 2 or more GPUs" in capsys.readouterr().out
     assert all(os.environ[name] == value for name, value in MULTICAST_OFF.items())
 
@@ -360,4 +356,4 @@ def test_allreduce_latency_outside_torchrun_says_so_with_multicast_off(monkeypat
 def test_allreduce_latency_refuses_multicast_on(monkeypatch):
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
     with pytest.raises(RuntimeError, match="NVLink multicast"):
-        _allreduce_latency().main(["--rows", "1"])
+        _tool("allreduce_latency").main(["--rows", "1"])
