@@ -1,12 +1,14 @@
 """gemm_pair: two dependent GEMMs, ``act(a @ b0.T) @ b1.T``, in one launch, and the LLaMA MLP built
-on it (`fused_mlp`, with the one-time weight packing `pack_gate_up`). Kernels in csrc/gemm_pair/;
+on it (`fused_mlp`, with the one-time weight packing `pack_gate_up`; at decode sizes fused_mlp
+runs two gemv launches instead, which stream the weights faster there). Kernels in csrc/gemm_pair/;
 the tile order and its deadlock-freedom argument in gemm_pair_schedule.py and docs/gemm_pair.md."""
 from __future__ import annotations
 
 import torch
 
-from ._library import require_kernels_for, supported
+from ._library import cuda_kernels_available, require_kernels_for, supported
 from .gemm_pair_schedule import GRANULARITIES, POLICIES
+from .gemv import MAX_ROWS as GEMV_MAX_ROWS, gemv
 
 # What the kernels exist for, as the extension reports it (csrc/generate_instantiations.py writes
 # the sets with the instantiations); () without the extension. The op's input rules are C++
@@ -18,6 +20,8 @@ ACTIVATIONS = ("swiglu", "gelu", "none")
 # csrc/common/gate_up_layout.h): one GEMM0 tile (128 rows of b0) holds 64 gate rows and the 64
 # matching up rows, so its epilogue writes silu(gate) * up; gemv's SwiGLU reads the same blocks.
 GATE_BLOCK = 64
+# What fused_mlp runs: see its docstring.
+FUSED_MLP_KERNELS = ("auto", "gemm_pair", "gemv")
 
 
 def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: str = "swiglu",
@@ -115,16 +119,42 @@ def unpack_gate_up(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def fused_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, policy: str = "sequential",
               granularity: str = "tile", split_k1: int | None = None, split_k0: int | None = None,
-              arch: str = "auto") -> torch.Tensor:
-    """LLaMA's MLP, ``down(silu(gate(x)) * up(x))``, as one gemm_pair launch.
+              arch: str = "auto", kernel: str = "auto") -> torch.Tensor:
+    """LLaMA's MLP, ``down(silu(gate(x)) * up(x))``.
 
     Args:
         x: ``[..., H]``.
         w_gate_up: ``pack_gate_up(w_gate, w_up)``, ``[2I, H]``.
         w_down: ``[H_out, I]`` (``nn.Linear`` layout).
+        kernel: ``"gemm_pair"``: one :func:`gemm_pair` launch. ``"gemv"``: two
+            :func:`~cute_ops.gemv` launches, gate/up with SwiGLU then down, the second started
+            while the first finishes (programmatic dependent launch on Hopper); at most
+            ``cute_ops.gemv.MAX_ROWS`` rows of x. ``"auto"``: ``"gemv"`` where it takes the rows
+            and the gemm_pair arguments below are left at their defaults, ``"gemm_pair"``
+            otherwise. At decode sizes the weights' read is the whole cost, and the gemv
+            kernels stream them faster than the one launch's small tiles (7-10% on an H100 and
+            an H200 at 1-8 rows: docs/perf-notes.md, session 36).
 
-    The other arguments are :func:`gemm_pair`'s.
+    The other arguments are :func:`gemm_pair`'s; they select among gemm_pair's settings, so giving
+    one makes ``"auto"`` run gemm_pair. Both kernels accumulate in float32 and round the
+    activation's output to x's dtype once before the down projection; their sums run in different
+    orders, so results agree to float32 rounding, not bit for bit.
     """
+    if kernel not in FUSED_MLP_KERNELS:
+        raise ValueError(f"fused_mlp: kernel must be one of {FUSED_MLP_KERNELS}, got {kernel!r}")
+    rows = x.numel() // x.shape[-1] if x.dim() >= 1 and x.shape[-1] else 0
+    gemm_pair_defaults = (policy, granularity, split_k1, split_k0, arch) == ("sequential", "tile", None, None, "auto")
+    if kernel == "auto":
+        use_gemv = (1 <= rows <= GEMV_MAX_ROWS and gemm_pair_defaults and x.is_cuda
+                    and cuda_kernels_available("gemv"))
+        kernel = "gemv" if use_gemv else "gemm_pair"
+    if kernel == "gemv":
+        if not gemm_pair_defaults:
+            raise ValueError("fused_mlp: policy, granularity, split_k0, split_k1 and arch are gemm_pair's settings; "
+                             "kernel='gemv' takes none of them")
+        if x.dim() < 1:
+            raise ValueError("fused_mlp: x must be [..., H], got a 0-dim tensor")
+        act = gemv(x.reshape(-1, x.shape[-1]), w_gate_up, activation="swiglu")
+        return gemv(act, w_down).reshape(*x.shape[:-1], w_down.shape[0])
     return gemm_pair(x, w_gate_up, w_down, "swiglu", policy, granularity, split_k0=split_k0, split_k1=split_k1,
                      arch=arch)
-

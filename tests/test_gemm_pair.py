@@ -54,9 +54,10 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(autouse=True)
 def kernel_arch(request, monkeypatch):
-    """The kernel kind of a GPU test: cute_ops.gemm_pair and fused_mlp (which calls it) run with
-    `arch` forced to it. The sm90 kinds skip, saying why, on a GPU that is not compute capability
-    9.x; CPU tests are not parametrized (None)."""
+    """The kernel kind of a GPU test: cute_ops.gemm_pair, and fused_mlp where it runs gemm_pair,
+    run with `arch` forced to it, whatever `arch` the caller passes (fused_mlp passes its own).
+    The sm90 kinds skip, saying why, on a GPU that is not compute capability 9.x; CPU tests are
+    not parametrized (None)."""
     arch = getattr(request, "param", None)
     if arch is None:
         return None
@@ -64,7 +65,10 @@ def kernel_arch(request, monkeypatch):
     if arch == "sm90" and major != 9:
         pytest.skip(f"the sm90 gemm_pair kernels run on compute capability 9.x only; this GPU is {major}.{minor}")
     module = sys.modules["cute_ops.gemm_pair"]
-    forced = functools.partial(module.gemm_pair, arch=arch)
+    original = module.gemm_pair
+
+    def forced(*args, **kwargs):
+        return original(*args, **{**kwargs, "arch": arch})
     monkeypatch.setattr(module, "gemm_pair", forced)
     monkeypatch.setattr(cute_ops, "gemm_pair", forced)
     return arch
@@ -171,6 +175,18 @@ def test_input_checks(make, match, exc, dev):
         return
     with pytest.raises(exc, match=match):
         cute_ops.gemm_pair(a, b0, b1, **kw)
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"kernel": "cublas"}, r"kernel must be one of \('auto', 'gemm_pair', 'gemv'\)"),
+    ({"kernel": "gemv", "policy": "overlap"}, "kernel='gemv' takes none of them"),
+    ({"kernel": "gemv", "split_k1": 64}, "kernel='gemv' takes none of them"),
+])
+def test_fused_mlp_kernel_argument(kw, match):
+    # Refused before any kernel runs, so CPU tensors show it.
+    x, b0, b1 = _problem(2, torch.bfloat16, "swiglu", device="cpu")
+    with pytest.raises(ValueError, match=match):
+        cute_ops.fused_mlp(x, b0, b1, **kw)
 
 
 @pytest.mark.skipif(not cute_ops.schemas_loaded(), reason="cute_ops._C not built")
@@ -299,14 +315,16 @@ def test_forced_tile_configs_and_overlap_lag(m, block_m, lag, kernel_arch):
 
 
 @pytest.mark.gpu
-def test_llama_shape_fused_mlp_and_nd_input():
+@pytest.mark.parametrize("kernel", ["gemm_pair", "auto"])
+def test_llama_shape_fused_mlp_and_nd_input(kernel):
     # LLaMA-3-8B widths at decode size, x [batch, seq, hidden]; against the unfused MLP. M = 6
-    # takes the automatic K-splits of both GEMMs.
+    # takes the automatic K-splits of both GEMMs under "gemm_pair", the two gemvs under "auto".
     hidden, inter = 4096, 14336
     x = torch.randn(2, 3, hidden, device="cuda", dtype=torch.bfloat16)
     wg, wu = [(torch.randn(inter, hidden, device="cuda") / hidden ** 0.5).to(torch.bfloat16) for _ in range(2)]
     wd = (torch.randn(hidden, inter, device="cuda") / inter ** 0.5).to(torch.bfloat16)
-    out = cute_ops.fused_mlp(x, cute_ops.pack_gate_up(wg, wu), wd)
+    poison_allocator(6 * hidden * 2, 6 * inter * 2)
+    out = cute_ops.fused_mlp(x, cute_ops.pack_gate_up(wg, wu), wd, kernel=kernel)
     assert out.shape == (2, 3, hidden)
     assert_close_to_reference(out, ref.llama_mlp(x.double(), wg.double(), wu.double(), wd.double()),
                               ref.llama_mlp(x, wg, wu, wd), k=ERROR_K)
@@ -461,6 +479,38 @@ def test_automatic_kind_at_decode_sizes(m, block_m):
         pytest.skip("the profiler recorded no kernels here (CUPTI taken by another tool?)")
     assert names("auto", block_m) == expected, f"M = {m}, block_m {block_m}: expected the {chosen[0]} kernels, {chosen[1]} rows"
     assert expected != names("sm90" if chosen[0] == "sm80" else "sm80", 64), "the kinds' kernel names do not differ"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 3, 8, 9, 17])
+def test_fused_mlp_kernel_choice(m):
+    # fused_mlp's "auto": the two gemvs at 1 <= M <= gemv.MAX_ROWS with gemm_pair's settings left
+    # alone, gemm_pair otherwise; told apart by the kernels launched (torch.profiler), and the
+    # gemv route's result is exactly the two gemv calls'.
+    from cute_ops.gemv import MAX_ROWS
+    x, b0, b1 = _problem(m, torch.bfloat16, "swiglu", hidden=512, inter=1024, out=256)
+
+    def two_gemvs():
+        return cute_ops.gemv(cute_ops.gemv(x, b0, activation="swiglu"), b1)
+
+    gemv_names = _gpu_kernel_names(two_gemvs)
+    if not gemv_names:
+        pytest.skip("the profiler recorded no kernels here (CUPTI taken by another tool?)")
+    pair_names = _gpu_kernel_names(lambda: cute_ops.fused_mlp(x, b0, b1, kernel="gemm_pair"))
+    assert set(pair_names).isdisjoint(gemv_names)
+    auto_names = _gpu_kernel_names(lambda: cute_ops.fused_mlp(x, b0, b1))
+    if m <= MAX_ROWS:
+        assert auto_names == gemv_names, f"M = {m}: fused_mlp ran {auto_names}, not the two gemvs"
+        assert torch.equal(cute_ops.fused_mlp(x, b0, b1), two_gemvs())
+        assert torch.equal(cute_ops.fused_mlp(x, b0, b1, kernel="gemv"), two_gemvs())
+        # A gemm_pair setting given: "auto" runs gemm_pair.
+        given = _gpu_kernel_names(lambda: cute_ops.fused_mlp(x, b0, b1, split_k1=128))
+        assert set(given).isdisjoint(gemv_names), f"M = {m} with split_k1: fused_mlp ran {given}"
+    else:
+        assert auto_names == pair_names, f"M = {m}: fused_mlp ran {auto_names}, not gemm_pair"
+        with pytest.raises(ValueError, match="at most 8 rows"):
+            cute_ops.fused_mlp(x, b0, b1, kernel="gemv")
+    _assert_matches(cute_ops.fused_mlp(x, b0, b1), x, b0, b1)
 
 
 @pytest.mark.gpu
@@ -726,8 +776,9 @@ def test_current_stream_and_opcheck():
 
 
 @pytest.mark.gpu
-def test_torch_compile_fullgraph():
-    a, b0, b1 = _problem(24, torch.bfloat16, "swiglu")
+@pytest.mark.parametrize("m", [4, 24])  # fused_mlp's two routes: the gemvs, gemm_pair
+def test_torch_compile_fullgraph(m):
+    a, b0, b1 = _problem(m, torch.bfloat16, "swiglu")
 
     def mlp(x):
         return cute_ops.fused_mlp(x * 2, b0, b1).float().sum(-1)

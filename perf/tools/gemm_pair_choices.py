@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("m", type=int, nargs="*", default=[1, 16, 64, 128], help="rows (tokens)")
     ap.add_argument("--splits", action="store_true", help="also time K-splits of either GEMM")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="time only these variants (and the baselines)")
     args = ap.parse_args(argv)
 
     import torch
@@ -61,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     from harness import Case, time_case
 
     chosen = variants(cute_ops._library.supported_configs()["gemm_pair"]["by_arch"], args.splits)
+    if args.only:
+        chosen = {name: kw for name, kw in chosen.items() if name in args.only}
     if torch.cuda.get_device_capability()[0] != 9:  # the sm90 kernels run on 9.x only
         chosen = {name: kw for name, kw in chosen.items() if kw.get("arch") != "sm90"}
     for m in args.m:

@@ -7,8 +7,8 @@ cache). The ops carry the work:
     prefill    rotary_embedding in place on q and k, K/V written into their pages, flash_fwd_varlen
     decode     flash_decode: RoPE of q and k_new, the append into the pages and attention, one kernel
                (the merge of split keys included)
-    mlp        fused_mlp: gate/up, SwiGLU and down in one launch (weights packed at load) for up to
-               8 rows; cuBLAS for more, where it is faster
+    mlp        fused_mlp (weights packed at load) for up to 8 rows, which runs its two gemvs
+               there; cuBLAS for more, where it is faster
     small decode batches (up to gemv.MAX_ROWS sequences): every projection is a gemv that folds the
                norm before it and the residual add after it, so a layer is qkv, attention, o, gate/up,
                down: five launches chained by programmatic dependent launch on Hopper
@@ -148,11 +148,11 @@ class Llama(torch.nn.Module):
         return q, k, v
 
     def _mlp(self, h: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
-        """fused_mlp where it is the faster (the smallest decode batches, whose time is the
-        weights' read); above FUSED_MLP_MAX_ROWS rows the gate/up and down matmuls through cuBLAS,
-        ahead of fused_mlp's SM80 tiles from M = 16 on both Hopper GPUs (perf/results, gemm_pair:
-        at M = 16 99 against 107 us on an H200, 136 against 140 on an H100), on the same packed
-        weights: pack_gate_up's blocks of 64 gate rows then 64 up rows, split by a view."""
+        """fused_mlp where it is the faster (the smallest batches, whose time is the weights'
+        read; it runs two gemvs there); above FUSED_MLP_MAX_ROWS rows the gate/up and down matmuls
+        through cuBLAS, ahead of fused_mlp's gemm_pair from M = 16 on both Hopper GPUs
+        (perf/results, gemm_pair), on the same packed weights: pack_gate_up's blocks of 64 gate
+        rows then 64 up rows, split by a view."""
         inter = layer.w_down.shape[1]
         if h.shape[0] <= FUSED_MLP_MAX_ROWS or inter % GATE_BLOCK:
             return fused_mlp(h, layer.w_gate_up, layer.w_down)
