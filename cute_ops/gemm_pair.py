@@ -128,33 +128,41 @@ def fused_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, po
         w_down: ``[H_out, I]`` (``nn.Linear`` layout).
         kernel: ``"gemm_pair"``: one :func:`gemm_pair` launch. ``"gemv"``: two
             :func:`~cute_ops.gemv` launches, gate/up with SwiGLU then down, the second started
-            while the first finishes (programmatic dependent launch on Hopper); at most
-            ``cute_ops.gemv.MAX_ROWS`` rows of x. ``"auto"``: ``"gemv"`` where it takes the rows
-            and the gemm_pair arguments below are left at their defaults, ``"gemm_pair"``
-            otherwise. At decode sizes the weights' read is the whole cost, and the gemv
-            kernels stream them faster than the one launch's small tiles (7-10% on an H100 and
-            an H200 at 1-8 rows: docs/perf-notes.md, session 36).
+            while the first finishes (programmatic dependent launch on Hopper), for at most
+            gemv's ``MAX_ROWS`` rows of x (cute_ops/gemv.py). ``"auto"``: ``"gemv"`` for 1 to
+            ``MAX_ROWS`` rows when none of gemm_pair's settings below is given a value other
+            than its default, ``"gemm_pair"`` otherwise. At these sizes the weights' read is the
+            whole cost, and the gemv kernels stream the weights faster than the one launch's
+            small tiles (docs/perf-notes.md, gemm_pair, sessions 36-37). The choice reads the
+            row count: torch.compile guards on it; a caller that traces a symbolic batch size
+            across ``MAX_ROWS`` (torch.export) should pass ``kernel``.
 
-    The other arguments are :func:`gemm_pair`'s; they select among gemm_pair's settings, so giving
-    one makes ``"auto"`` run gemm_pair. Both kernels accumulate in float32 and round the
-    activation's output to x's dtype once before the down projection; their sums run in different
-    orders, so results agree to float32 rounding, not bit for bit.
+    The other arguments are :func:`gemm_pair`'s settings. Both kernels accumulate in float32 and
+    round the activation's output to x's dtype once before the down projection; their sums run in
+    different orders, so results agree to float32 rounding, not bit for bit. Both take the shapes
+    gemm_pair's rules allow ("auto" gives gemm_pair, and its message, any shapes it refuses).
     """
     if kernel not in FUSED_MLP_KERNELS:
         raise ValueError(f"fused_mlp: kernel must be one of {FUSED_MLP_KERNELS}, got {kernel!r}")
-    rows = x.numel() // x.shape[-1] if x.dim() >= 1 and x.shape[-1] else 0
+    if x.dim() < 1:
+        raise ValueError("fused_mlp: x must be [..., H], got a 0-dim tensor")
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     gemm_pair_defaults = (policy, granularity, split_k1, split_k0, arch) == ("sequential", "tile", None, None, "auto")
     if kernel == "auto":
-        use_gemv = (1 <= rows <= GEMV_MAX_ROWS and gemm_pair_defaults and x.is_cuda
+        # gemv also takes weight row counts that gemm_pair refuses; those go to gemm_pair's check.
+        pair_shapes = w_gate_up.dim() == 2 and w_gate_up.shape[0] % 16 == 0 and w_down.dim() == 2 \
+            and w_down.shape[0] % 8 == 0
+        use_gemv = (1 <= rows <= GEMV_MAX_ROWS and gemm_pair_defaults and pair_shapes and x.is_cuda
                     and cuda_kernels_available("gemv"))
         kernel = "gemv" if use_gemv else "gemm_pair"
     if kernel == "gemv":
         if not gemm_pair_defaults:
             raise ValueError("fused_mlp: policy, granularity, split_k0, split_k1 and arch are gemm_pair's settings; "
                              "kernel='gemv' takes none of them")
-        if x.dim() < 1:
-            raise ValueError("fused_mlp: x must be [..., H], got a 0-dim tensor")
-        act = gemv(x.reshape(-1, x.shape[-1]), w_gate_up, activation="swiglu")
+        if rows > GEMV_MAX_ROWS:
+            raise ValueError(f"fused_mlp: kernel='gemv' takes at most {GEMV_MAX_ROWS} rows of x, got {rows}; "
+                             "use kernel='auto' or 'gemm_pair' for more")
+        act = gemv(x.reshape(rows, x.shape[-1]), w_gate_up, activation="swiglu")
         return gemv(act, w_down).reshape(*x.shape[:-1], w_down.shape[0])
     return gemm_pair(x, w_gate_up, w_down, "swiglu", policy, granularity, split_k0=split_k0, split_k1=split_k1,
                      arch=arch)

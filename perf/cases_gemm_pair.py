@@ -7,9 +7,9 @@ matmuls stay cuBLAS). The best of these is the baseline. "ours" is fused_mlp as 
 one gemm_pair launch, or at M <= 8 two gemv launches (its automatic choice). Our other settings
 run as variants ("ours_*"): the one launch at M <= 8 (ours_gemm_pair), each kernel kind forced
 (sm80: mma.sync; sm90: wgmma and TMA, 9.x devices only), every policy, row granularity, and the
-same tiles as two stream-ordered launches (the control for what the one-launch scheduler gains). Bytes = the weights (each call streams all 352 MB
-of them) plus x and y, nearly all read, so TB/s is the weight read rate, compared with the read
-ceiling."""
+same tiles as two stream-ordered launches (the control for what the one-launch scheduler
+gains). Bytes = the weights (each call streams all 352 MB of them) plus x and y, nearly all read,
+so TB/s is the weight read rate, compared with the read ceiling."""
 from __future__ import annotations
 
 import functools

@@ -181,10 +181,11 @@ def test_input_checks(make, match, exc, dev):
     ({"kernel": "cublas"}, r"kernel must be one of \('auto', 'gemm_pair', 'gemv'\)"),
     ({"kernel": "gemv", "policy": "overlap"}, "kernel='gemv' takes none of them"),
     ({"kernel": "gemv", "split_k1": 64}, "kernel='gemv' takes none of them"),
+    ({"kernel": "gemv", "rows": 9}, "kernel='gemv' takes at most 8 rows of x, got 9; use kernel='auto' or 'gemm_pair'"),
 ])
 def test_fused_mlp_kernel_argument(kw, match):
     # Refused before any kernel runs, so CPU tensors show it.
-    x, b0, b1 = _problem(2, torch.bfloat16, "swiglu", device="cpu")
+    x, b0, b1 = _problem(kw.pop("rows", 2), torch.bfloat16, "swiglu", device="cpu")
     with pytest.raises(ValueError, match=match):
         cute_ops.fused_mlp(x, b0, b1, **kw)
 
@@ -508,7 +509,7 @@ def test_fused_mlp_kernel_choice(m):
         assert set(given).isdisjoint(gemv_names), f"M = {m} with split_k1: fused_mlp ran {given}"
     else:
         assert auto_names == pair_names, f"M = {m}: fused_mlp ran {auto_names}, not gemm_pair"
-        with pytest.raises(ValueError, match="at most 8 rows"):
+        with pytest.raises(ValueError, match=f"kernel='gemv' takes at most {MAX_ROWS} rows of x, got {m}"):
             cute_ops.fused_mlp(x, b0, b1, kernel="gemv")
     _assert_matches(cute_ops.fused_mlp(x, b0, b1), x, b0, b1)
 
@@ -778,12 +779,16 @@ def test_current_stream_and_opcheck():
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [4, 24])  # fused_mlp's two routes: the gemvs, gemm_pair
 def test_torch_compile_fullgraph(m):
+    # Compiled, fused_mlp takes the route it takes eagerly: its results equal that route's bit
+    # for bit (both are deterministic).
     a, b0, b1 = _problem(m, torch.bfloat16, "swiglu")
+    route = "gemv" if m <= 8 else "gemm_pair"
 
     def mlp(x):
-        return cute_ops.fused_mlp(x * 2, b0, b1).float().sum(-1)
+        return cute_ops.fused_mlp(x * 2, b0, b1).float() + 1
 
-    torch.testing.assert_close(torch.compile(mlp, fullgraph=True)(a), mlp(a))
+    expected = cute_ops.fused_mlp(a * 2, b0, b1, kernel=route).float() + 1
+    assert torch.equal(torch.compile(mlp, fullgraph=True)(a), expected)
 
 
 @pytest.mark.gpu

@@ -2,14 +2,15 @@
 // gemm_pair on SM90: the same tiles, tickets and signals as the SM80 kernel (gemm_pair_kernel.h
 // says which GEMM1 tile waits for which GEMM0 tiles), computed by persistent warp-specialised CTAs:
 //   - warp group 0, the producer: one elected thread takes a ticket, hands its tile to the
-//     consumers through a work queue (mbarriers; two slots, one for 256-row tiles), and issues
+//     consumers through a work queue (mbarriers; two slots, one where the staging tile shares the
+//     ring: 128- and 256-row tiles), and issues
 //     the tile's TMA loads into the ring (MainloopSm90::load); then the next ticket, until the
 //     tickets run out. For a GEMM1 tile it issues the weights' first stages, then waits for the h
 //     columns the tile reads, then loads h. Its registers are handed to the consumers.
 //   - warp groups 1.., the consumers: per tile from the queue, wgmma over the ring (CUTLASS's
 //     collective), then the epilogue of epilogue.h over a named barrier of their own threads,
 //     then the signal. While they run a tile's epilogue the producer already loads the next tile
-//     (not with 256-row tiles, whose staging tile shares the ring's shared memory).
+//     (not with 128- and 256-row tiles, whose staging tile shares the ring's shared memory).
 // h is stored by ordinary stores and loaded by TMA (the async proxy) in the same launch: writers
 // fence the proxies before their release, the reader after its acquire (tile_sync.h).
 //

@@ -17,21 +17,23 @@ namespace cute_ops {
 namespace gemm_pair {
 
 // MainloopSm90<element, block_m, stages> and the kernel's register split and occupancy, measured
-// on an H100 (the 128-row depth on an H200 too; docs/perf-notes.md, gemm_pair on SM90):
+// on an H100 (the 128-row depth on an H200 too; docs/perf-notes.md, gemm_pair, sessions 33-37):
 //   block_m 64: one consumer warp group, 24 KB a stage, 8 stages, one CTA an SM: 8-13% faster at
 //     M = 1..64 than 4 stages at two CTAs an SM (the weights stream at 192 KB in flight an SM).
 //   block_m 128: two consumer warp groups (64 rows each), 32 KB a stage, 6 stages, one CTA an SM
-//     with CUTLASS's register split for this tiling. It runs at 64 < M < 512, where the weights'
-//     stream is most of the time: 6 stages beat 4 by 2-3% (H100) and 3-5% (H200) at M = 96-384,
-//     although the ring then shares shared memory with the staging tile (no epilogue overlap).
+//     with CUTLASS's register split for this tiling. The op picks it at 64 < M < 512, where the
+//     weights' stream is most of the time: 6 stages beat 4 by 2-3% at M = 96-256 (H100) and 3-5%
+//     at M = 96-384 (H200), although the ring then shares shared memory with the staging tile
+//     (no epilogue overlap). Forced at M >= 512, 6 stages were 3-10% slower than 4 (session 33).
 //     Two CTAs an SM do not compile: 80 registers a thread cannot hold a 64 x 128 wgmma's
 //     accumulators.
 //   block_m 256: two consumer warp groups of 128 rows, 48 KB a stage, 4 stages sharing shared
 //     memory with the staging tile (the next tile loads only after an epilogue). A third fewer L2
 //     bytes a flop than 128 rows, which run L2 at 88% of its peak at M = 8192 (ncu): 1.27x faster
 //     there, 1.10x at M = 512.
-// The 128-row ring depth, a knob for tuning runs (rebuild with -DCUTE_OPS_GEMM_PAIR_SM90_M128_STAGES=n);
-// the default is the measured choice below.
+// The 128-row ring depth, a knob for tuning runs: rebuild with
+// NVCC_APPEND_FLAGS=-DCUTE_OPS_GEMM_PAIR_SM90_M128_STAGES=n (its objects removed first, since the
+// flag is not part of the build's command lines); the default is the measured choice above.
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_M128_STAGES
 #define CUTE_OPS_GEMM_PAIR_SM90_M128_STAGES 6
 #endif

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""fused_mlp's automatic choices at given M, timed against the ones it could have made: each
-kernel kind forced at each of its tile heights, with --splits K-splits of either GEMM, and at
-decode sizes (M <= 8) the two gemv launches the LLaMA model runs there (`gemv_pair`). The
+"""gemm_pair's automatic choices for the MLP at given M, timed against the ones it could have
+made: each kernel kind forced at each of its tile heights, with --splits K-splits of either GEMM,
+and at decode sizes (M <= 8) the two gemv launches that fused_mlp runs there (`gemv_pair`). The
 best baseline of the same MLP (the cuBLAS graph and torch.compile, as perf/cases_gemm_pair.py
 builds them) is timed in the same run, the harness's way. For the choices the op makes per device
 (the kernel kind at small M in gemm_pair_op.cpp, the tile height, the automatic splits in
@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
 
     chosen = variants(cute_ops._library.supported_configs()["gemm_pair"]["by_arch"], args.splits)
     if args.only:
+        unknown = sorted(set(args.only) - set(chosen))
+        if unknown:
+            ap.error(f"--only: no variant named {', '.join(unknown)}; these exist: {', '.join(chosen)}")
         chosen = {name: kw for name, kw in chosen.items() if name in args.only}
     if torch.cuda.get_device_capability()[0] != 9:  # the sm90 kernels run on 9.x only
         chosen = {name: kw for name, kw in chosen.items() if kw.get("arch") != "sm90"}

@@ -35,8 +35,9 @@ from .parallel import TensorParallel
 
 # Head dims with kernels for both attention paths (flash_decode's set is the narrower).
 SUPPORTED_HEAD_DIMS = (64, 128)
-# Rows up to which the MLP runs as fused_mlp; more go through cuBLAS (see Llama._mlp).
-FUSED_MLP_MAX_ROWS = 8
+# Rows up to which the MLP runs as fused_mlp, whose gemv route is the faster there; more go
+# through cuBLAS (see Llama._mlp).
+FUSED_MLP_MAX_ROWS = GEMV_MAX_ROWS
 
 
 class LlamaLayer(torch.nn.Module):
