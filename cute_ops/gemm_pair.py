@@ -149,7 +149,8 @@ def fused_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, po
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     gemm_pair_defaults = (policy, granularity, split_k1, split_k0, arch) == ("sequential", "tile", None, None, "auto")
     if kernel == "auto":
-        # gemv also takes weight row counts that gemm_pair refuses; those go to gemm_pair's check.
+        # gemv also takes weight row counts that gemm_pair refuses (its rules: gemm_pair_checks.cpp);
+        # those go to gemm_pair, whose check names them.
         pair_shapes = w_gate_up.dim() == 2 and w_gate_up.shape[0] % 16 == 0 and w_down.dim() == 2 \
             and w_down.shape[0] % 8 == 0
         use_gemv = (1 <= rows <= GEMV_MAX_ROWS and gemm_pair_defaults and pair_shapes and x.is_cuda

@@ -79,16 +79,17 @@ def input_sets(case: Case) -> int:
     return 1 if not case.bytes else max(1, min(64, -(-3 * l2 // case.bytes)))
 
 
-def time_graph_us(graph: torch.cuda.CUDAGraph) -> tuple[float, int]:
+def time_graph_us(graph: torch.cuda.CUDAGraph, replays: int | None = None) -> tuple[float, int]:
     """Median of replays of `graph`, each bracketed by CUDA events, after warm-up; returns (us per
-    replay, replays timed). The warm-up replays are timed together to size the measurement."""
+    replay, replays timed). The warm-up replays are timed together to size the measurement, unless
+    `replays` fixes it (a graph with collectives: every rank must replay it as often)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(3):
         graph.replay()
     end.record()
     end.synchronize()
-    replays = replays_for(1e3 * start.elapsed_time(end) / 3)
+    replays = replays or replays_for(1e3 * start.elapsed_time(end) / 3)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
     for start, end in zip(starts, ends):

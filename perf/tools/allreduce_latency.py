@@ -22,6 +22,7 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # perf/: the harness
 
 CALLS = 64  # all-reduces a graph: two a layer of a 32-layer model
 
@@ -30,6 +31,7 @@ def graph_us(fn, replays: int = 20) -> float:
     """fn() (which queues CALLS operations) captured in a CUDA graph: median replay time per call."""
     import torch
     import torch.distributed as dist
+    from harness import time_graph_us
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -40,19 +42,9 @@ def graph_us(fn, replays: int = 20) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
     dist.barrier()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / CALLS)
-    return sorted(times)[len(times) // 2]
+    us, _ = time_graph_us(graph, replays)  # a fixed count: the ranks' collectives pair up
+    return us / CALLS
 
 
 def measure(rows: int, hidden: int, group) -> dict[str, float | str]:
