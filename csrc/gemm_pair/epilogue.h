@@ -51,8 +51,10 @@ __device__ __forceinline__ uint4 pack8(const float (&v)[8]) {
 
 // kNThreads: the threads that run the epilogue, threadIdx.x kFirstThread .. kFirstThread +
 // kNThreads - 1 (every thread of the CTA on SM80; the consumer warp groups, after the producer's,
-// on SM90).
-template <typename Element_, int kBlockM_, int kBlockN_, int kNThreads_, int kFirstThread = 0>
+// on SM90). kSumUnroll: the vectors a thread sums at once in a split-K reduction (sum_partials),
+// which costs registers: 4 on SM90, whose consumer threads have 168-232; 1 on SM80, where more
+// registers would cost occupancy (4 took the 16- and 64-row kernels from 78-101 to 146-182).
+template <typename Element_, int kBlockM_, int kBlockN_, int kNThreads_, int kFirstThread = 0, int kSumUnroll = 1>
 struct Epilogue {
   using Element = Element_;
   static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kNThreads = kNThreads_;
@@ -176,31 +178,62 @@ struct Epilogue {
   }
 
   // The staging tile becomes the sum of every split's partial, added in split order.
+  // This runs after the tile's last split, on the launch's critical path (at decode sizes the
+  // last GEMM1 tiles' sums are the launch's tail), and it is latency-bound: a thread's loads are
+  // L2 round trips. So each thread issues the loads of kUnroll of its vectors for kBatch splits
+  // before it sums any: one round trip per kUnroll vectors and kBatch splits. (With one vector at
+  // a time the SM90 kernel's last sums took 7 us at M = 16 and 20 us at M = 64-128 on an H200, 16
+  // round trips a thread: docs/perf-notes.md, session 38. The automatic splits at those M are 3
+  // or 5, hence a batch of 5 where the unroll already multiplies the registers.)
   template <typename Barrier>
   __device__ __forceinline__ static void sum_partials(float* sC, const float* partials, int64_t split_stride,
                                                       int64_t ld, int row0, int rows, int col0, int width, int splits,
                                                       Barrier barrier) {
     constexpr int kVecs = kBlockN / 4;
+    constexpr int kPerThread = (kBlockM * kVecs + kNThreads - 1) / kNThreads;
+    constexpr int kUnroll = kPerThread < kSumUnroll ? kPerThread : kSumUnroll;
+    constexpr int kBatch = kUnroll == 1 ? 8 : 5;  // splits loaded before they are summed
     const float* base = partials + row0 * ld + col0;
-    for (int i = thread(); i < kBlockM * kVecs; i += kNThreads) {
-      const int r = i / kVecs, c = (i % kVecs) * 4;
-      if (r >= rows || c >= width) continue;
-      const float* src = base + r * ld + c;
-      // Loads in batches of 8, issued before they are summed: one L2 round trip per batch, not per
-      // split (this reduction is on the launch's critical path at decode sizes).
-      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int s0 = 0; s0 < splits; s0 += 8) {
-        float4 v[8];
+    for (int i0 = thread(); i0 < kBlockM * kVecs; i0 += kUnroll * kNThreads) {
+      bool valid[kUnroll];
+      int64_t offset[kUnroll];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (s0 + j < splits) v[j] = __ldcg(reinterpret_cast<const float4*>(src + (s0 + j) * split_stride));
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = i0 + u * kNThreads, r = i / kVecs, c = (i % kVecs) * 4;
+        valid[u] = i < kBlockM * kVecs && r < rows && c < width;
+        offset[u] = r * ld + c;
+      }
+      float4 sum[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int s0 = 0; s0 < splits; s0 += kBatch) {
+        float4 v[kUnroll][kBatch];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int j = 0; j < kBatch; ++j) {
+            if (valid[u] && s0 + j < splits) {
+              v[u][j] = __ldcg(reinterpret_cast<const float4*>(base + offset[u] + (s0 + j) * split_stride));
+            }
+          }
         }
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (s0 + j < splits) sum.x += v[j].x, sum.y += v[j].y, sum.z += v[j].z, sum.w += v[j].w;
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int j = 0; j < kBatch; ++j) {
+            if (valid[u] && s0 + j < splits) {
+              sum[u].x += v[u][j].x, sum[u].y += v[u][j].y, sum[u].z += v[u][j].z, sum[u].w += v[u][j].w;
+            }
+          }
         }
       }
-      sC[r * kLd + c] = sum.x, sC[r * kLd + c + 1] = sum.y, sC[r * kLd + c + 2] = sum.z, sC[r * kLd + c + 3] = sum.w;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (!valid[u]) continue;
+        const int i = i0 + u * kNThreads, r = i / kVecs, c = (i % kVecs) * 4;
+        float* dst = sC + r * kLd + c;
+        dst[0] = sum[u].x, dst[1] = sum[u].y, dst[2] = sum[u].z, dst[3] = sum[u].w;
+      }
     }
     barrier.sync();
   }

@@ -55,8 +55,13 @@ struct GemmPairKernelSm90 {
   static constexpr int kNThreads = kLoadThreads + kMmaThreads;
   static_assert(kLoadThreads * kLoadRegs + kMmaThreads * kMmaRegs <= 65536 / kCtasPerSm);
 
-  using Epilogue = gemm_pair::Epilogue<Element, kBlockM, kBlockN, kMmaThreads, kLoadThreads>;
+  using Epilogue = gemm_pair::Epilogue<Element, kBlockM, kBlockN, kMmaThreads, kLoadThreads, /*kSumUnroll=*/4>;
   using MmaBarrier = NamedBarrier<1, kMmaThreads, kLoadThreads>;
+  // Up to this many row blocks the weights' loads are marked evict-first in L2 (MainloopSm90::load):
+  // measured on an H200, one and two row blocks gained (M = 64 103.8 -> 98.1 us; M = 256 and 512,
+  // two row blocks, 3-6%); at 8 row blocks and more (M >= 2048), where a weight tile's row blocks
+  // come a column group apart, evict-first everywhere lost 2-3% (docs/perf-notes.md, session 38).
+  static constexpr int kEvictFirstRowBlocks = 2;
 
   // The ring and the staging tile have shared memory apart when both fit (the next tile loads
   // during an epilogue); otherwise they share it, and the producer takes the next ticket only
@@ -74,6 +79,7 @@ struct GemmPairKernelSm90 {
     typename Mainloop::PipelineStorage pipeline;
     typename WorkQueue::SharedStorage queue;
     int4 work[2];
+    int ticket[2];  // each entry's ticket (the trace probes' slot)
   };
   struct StorageShared {
     union {
@@ -83,6 +89,7 @@ struct GemmPairKernelSm90 {
     typename Mainloop::PipelineStorage pipeline;
     typename WorkQueue::SharedStorage queue;
     int4 work[2];
+    int ticket[2];  // each entry's ticket (the trace probes' slot)
   };
   using SharedStorage = std::conditional_t<kOverlapEpilogue, StorageApart, StorageShared>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));  // dynamic shared memory
@@ -147,25 +154,32 @@ struct GemmPairKernelSm90 {
     auto slot = cutlass::make_producer_start_state<WorkQueue>();
     for (;;) {
       queue.producer_acquire(slot);  // the ticket is taken once its entry has somewhere to go
+      const unsigned long long t_entry = GEMM_PAIR_TRACE_NOW();
+      int ticket;
       int4 entry;
-      const bool more = take_ticket(p, entry);
+      const bool more = take_ticket(p, ticket, entry);
+      if (more) GEMM_PAIR_TRACE_TICKET(ticket, t_entry);
       storage.work[slot.index()] = more ? entry : make_int4(-1, 0, 0, 0);
+      storage.ticket[slot.index()] = ticket;
       queue.producer_commit(slot);  // an mbarrier arrive: releases the entry to the consumers
       ++slot;
       if (!more) return;
       const WorkTile w{entry.x, entry.y, entry.z, entry.w};
-      load_tile(params, w, pipeline, state, storage);
+      load_tile(params, w, ticket, pipeline, state, storage);
     }
   }
 
-  __device__ __forceinline__ static void load_tile(const Params& params, const WorkTile& w,
+  __device__ __forceinline__ static void load_tile(const Params& params, const WorkTile& w, int ticket,
                                                    typename Mainloop::Pipeline& pipeline,
                                                    typename Mainloop::PipelineState& state, SharedStorage& storage) {
     const GemmPairParams& p = params.p;
     const KRange kr = k_range(p, w);
+    // At most kEvictFirstRowBlocks row blocks: a weight tile's reads (one per row block) come at
+    // consecutive tickets of the order, so they need no L2 residency beyond the first read's.
+    const bool weights_streamed = p.m <= kBlockM * kEvictFirstRowBlocks;
     if (w.gemm == 0) {
       Mainloop::load(params.gemm[0], pipeline, state, p.m, p.n0, p.k, w.m_block, w.n_tile, kr.k0 / kBlockK,
-                     kr.k_tiles, storage.ring, [] { GEMM_PAIR_TRACE(1); });
+                     kr.k_tiles, weights_streamed, storage.ring, [&] { GEMM_PAIR_TRACE_AT(ticket, 1); });
       return;
     }
     int target = p.tiles0;  // row granularity: every GEMM0 tile of the row block
@@ -175,12 +189,12 @@ struct GemmPairKernelSm90 {
     }
     const int* ready = p.ready + ready_index(p, w.m_block, w.split);
     Mainloop::load(params.gemm[1], pipeline, state, p.m, p.n1, p.h_width, w.m_block, w.n_tile, kr.k0 / kBlockK,
-                   kr.k_tiles, storage.ring, [&] {
+                   kr.k_tiles, weights_streamed, storage.ring, [&] {
                      if (p.wait) {
                        wait_until(ready, target, ThisThread{});
                        fence_proxy_async_global();  // the acquire's view of h, for the TMA loads
                      }
-                     GEMM_PAIR_TRACE(1);
+                     GEMM_PAIR_TRACE_AT(ticket, 1);
                    });
   }
 
@@ -192,11 +206,12 @@ struct GemmPairKernelSm90 {
     for (;;) {
       queue.consumer_wait(slot);
       const int4 entry = storage.work[slot.index()];
+      const int ticket = storage.ticket[slot.index()];
       if (kOverlapEpilogue || entry.x < 0) queue.consumer_release(slot);
       if (entry.x < 0) return;
       const WorkTile w{entry.x, entry.y, entry.z, entry.w};
       const int k_tiles = k_range(params.p, w).k_tiles;
-      compute_tile(params, w, k_tiles, pipeline, read, storage);
+      compute_tile(params, w, ticket, k_tiles, pipeline, read, storage);
       read.advance(k_tiles);
       if (!kOverlapEpilogue) {
         // This thread is done with the staging tile, which the next tile's TMA loads overwrite.
@@ -208,22 +223,24 @@ struct GemmPairKernelSm90 {
   }
 
   // One tile's wgmma loop from ring position `read`, its epilogue and its signal.
-  __device__ __forceinline__ static void compute_tile(const Params& params, const WorkTile& w, int k_tiles,
+  __device__ __forceinline__ static void compute_tile(const Params& params, const WorkTile& w, int ticket, int k_tiles,
                                                       typename Mainloop::Pipeline& pipeline,
                                                       typename Mainloop::PipelineState read, SharedStorage& storage) {
     const GemmPairParams& p = params.p;
     auto acc = Mainloop::make_accumulators();
     Mainloop::mma(params.gemm[w.gemm], pipeline, read, acc, k_tiles, Epilogue::thread(), storage.ring);
-    GEMM_PAIR_TRACE(2);
+    const bool tracer = Epilogue::thread() == 0;  // the consumer thread that writes the probes
+    if (tracer) GEMM_PAIR_TRACE_AT(ticket, 2);
     MmaBarrier::sync();  // every consumer is done reading the previous tile's staging tile
     float* sC = Epilogue::template stage<typename Mainloop::TiledMma>(acc, storage.epilogue, MmaBarrier{});
+    if (tracer) GEMM_PAIR_TRACE_AT(ticket, 4);
     const int row0 = w.m_block * kBlockM, rows = min(kBlockM, p.m - row0);
     if (w.gemm == 0) {
       const int col0 = w.n_tile * kBlockN, cols = min(kBlockN, p.n0 - col0);
       if constexpr (kSplitK0) {
         if (!Epilogue::template reduce_splits<0>(sC, p, w.m_block, w.n_tile, w.split, row0, rows, col0, cols,
                                                  MmaBarrier{})) {
-          GEMM_PAIR_TRACE(3);
+          if (tracer) GEMM_PAIR_TRACE_AT(ticket, 3);
           return;  // another split finishes the tile
         }
       }
@@ -231,17 +248,18 @@ struct GemmPairKernelSm90 {
       fence_proxy_async_global();  // h is read by other CTAs' TMA loads
       const int h_per_tile = Epilogue::h_cols_per_tile(p);
       signal(p.ready + ready_index(p, w.m_block, w.n_tile * h_per_tile / p.split_k1), MmaBarrier{});
-      GEMM_PAIR_TRACE(3);
+      if (tracer) GEMM_PAIR_TRACE_AT(ticket, 3);
       return;
     }
     const int col0 = w.n_tile * kBlockN, cols = min(kBlockN, p.n1 - col0);
     if (p.splits1 > 1 && !Epilogue::template reduce_splits<1>(sC, p, w.m_block, w.n_tile, w.split, row0, rows, col0,
                                                              cols, MmaBarrier{})) {
-      GEMM_PAIR_TRACE(3);
+      if (tracer) GEMM_PAIR_TRACE_AT(ticket, 3);
       return;  // another split writes the output tile
     }
+    if (tracer) GEMM_PAIR_TRACE_AT(ticket, 5);
     Epilogue::store_out(sC, p, row0, rows, w.n_tile);
-    GEMM_PAIR_TRACE(3);
+    if (tracer) GEMM_PAIR_TRACE_AT(ticket, 3);
   }
 };
 

@@ -74,10 +74,14 @@ struct MainloopSm90 {
   // Producer, one thread: K tiles [k_tile0, k_tile0 + k_tiles) of tile (m_block, n_tile) of an
   // [m, k] x [n, k]^T product. Rows and columns past m, n or k arrive as zeros (TMA's bounds).
   // wait_for_a() runs once the first stages' B loads are issued, before any load of A.
+  // b_streamed: B's tiles are read once, or again only soon after (the kernel decides), so their
+  // L2 lines are marked evict-first: the weights' stream then leaves L2 to what is read again
+  // later (h, the split-K partials) instead of pushing it out to DRAM before its readers come.
   template <typename WaitForA>
   __device__ __forceinline__ static void load(const Params& params, Pipeline& pipeline, PipelineState& state,
                                               int m, int n, int k, int m_block, int n_tile, int k_tile0,
-                                              int k_tiles, TensorStorage& tensors, WaitForA&& wait_for_a) {
+                                              int k_tiles, bool b_streamed, TensorStorage& tensors,
+                                              WaitForA&& wait_for_a) {
     Tensor mA = params.tma_load_a.get_tma_tensor(make_shape(m, k, 1));  // (m, k, 1)
     Tensor mB = params.tma_load_b.get_tma_tensor(make_shape(n, k, 1));  // (n, k, 1)
     using X = Underscore;
@@ -93,11 +97,12 @@ struct MainloopSm90 {
     Tensor tBsB = tma_b.partition_D(sB);
 
     auto barrier = [&](const PipelineState& s) -> auto& { return *pipeline.producer_get_barrier(s); };
+    const auto b_hint = b_streamed ? TMA::CacheHintSm90::EVICT_FIRST : TMA::CacheHintSm90::EVICT_NORMAL;
     const int ahead = min(k_tiles, kStages);  // stages whose B is issued before the wait
     PipelineState s = state;
     for (int i = 0; i < ahead; ++i, ++s) {
       pipeline.producer_acquire(s);
-      copy(params.tma_load_b.with(barrier(s)), tBgB(_, _, _, k_tile0 + i), tBsB(_, _, _, s.index()));
+      copy(params.tma_load_b.with(barrier(s), 0, b_hint), tBgB(_, _, _, k_tile0 + i), tBsB(_, _, _, s.index()));
     }
     wait_for_a();
     s = state;
@@ -108,7 +113,7 @@ struct MainloopSm90 {
     for (int i = ahead; i < k_tiles; ++i, ++s) {
       pipeline.producer_acquire(s);
       copy(params.tma_load_a.with(barrier(s)), tAgA(_, _, _, k_tile0 + i), tAsA(_, _, _, s.index()));
-      copy(params.tma_load_b.with(barrier(s)), tBgB(_, _, _, k_tile0 + i), tBsB(_, _, _, s.index()));
+      copy(params.tma_load_b.with(barrier(s), 0, b_hint), tBgB(_, _, _, k_tile0 + i), tBsB(_, _, _, s.index()));
     }
     state = s;
   }

@@ -21,9 +21,10 @@ struct WorkTile {
   int split;    // K-split
 };
 
-// One thread takes the next ticket: true and its entry, or false once every tile is handed out.
-__device__ __forceinline__ bool take_ticket(const GemmPairParams& p, int4& entry) {
-  const int ticket = atomicAdd(p.ticket, 1);
+// One thread takes the next ticket: true, the ticket and its entry, or false once every tile is
+// handed out.
+__device__ __forceinline__ bool take_ticket(const GemmPairParams& p, int& ticket, int4& entry) {
+  ticket = atomicAdd(p.ticket, 1);
   if (ticket >= p.num_tiles) return false;
   entry = p.order[ticket];
   return true;

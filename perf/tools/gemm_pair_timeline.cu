@@ -8,7 +8,9 @@
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr --use_fast_math -DNDEBUG \
 //        -gencode=arch=compute_90a,code=sm_90a -Icsrc -Ithird_party/cutlass/include \
 //        perf/tools/gemm_pair_timeline.cu -o build/gemm_pair_timeline
-//   [BLOCK_M=16|64|128] build/gemm_pair_timeline M [SPLIT_K0:SPLIT_K1 ...]
+//   [ARCH=sm80|sm90] [BLOCK_M=16|64|128] build/gemm_pair_timeline M [SPLIT_K0:SPLIT_K1 ...]
+// ARCH=sm90 times the persistent SM90 kernel (block_m 64 or 128), whose CTAs take several
+// tickets each: its rows are per ticket, as the SM80 kernel's are per CTA.
 // SPLIT_K0: K columns a GEMM0 split reads, SPLIT_K1: h columns a GEMM1 split reads; -1 picks as the
 // op does (make_params, csrc/gemm_pair/params.h), 0 does not split. Default: -1:-1.
 #define CUTE_OPS_GEMM_PAIR_TRACE
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "gemm_pair/gemm_pair_launch.h"
+#include "gemm_pair/gemm_pair_launch_sm90.h"
 #include "gemm_pair/params.h"
 #include "gemm_pair/tile_order.h"
 
@@ -74,13 +77,20 @@ int main(int argc, char** argv) {
   }
   const int M = atoi(argv[1]), H = 4096, I = 14336, N0 = 2 * I;
   // The op's choice from M, or BLOCK_M from the environment (16, 64 or 128).
-  const int block_m = getenv("BLOCK_M") ? atoi(getenv("BLOCK_M")) : M <= 16 ? 16 : M <= 64 ? 64 : 128;
+  const bool sm90 = getenv("ARCH") && std::string(getenv("ARCH")) == "sm90";
+  const int block_m = getenv("BLOCK_M") ? atoi(getenv("BLOCK_M"))
+                      : sm90            ? (M <= 64 ? 64 : 128)
+                                        : (M <= 16 ? 16 : M <= 64 ? 64 : 128);
   auto run = [&](const GemmPairParams& p, cudaStream_t st) {
-    if (block_m == 16) run_gemm_pair_<Bf16, 16>(p, st);
+    if (sm90) {
+      if (block_m == 64) run_gemm_pair_sm90_<Bf16, 64>(p, st);
+      else run_gemm_pair_sm90_<Bf16, 128>(p, st);
+    } else if (block_m == 16) run_gemm_pair_<Bf16, 16>(p, st);
     else if (block_m == 64) run_gemm_pair_<Bf16, 64>(p, st);
     else run_gemm_pair_<Bf16, 128>(p, st);
   };
-  const int per_sm = block_m == 16 ? gemm_pair_ctas_per_sm_<Bf16, 16>()
+  const int per_sm = sm90 ? (block_m == 64 ? gemm_pair_ctas_per_sm_sm90_<Bf16, 64>() : gemm_pair_ctas_per_sm_sm90_<Bf16, 128>())
+                     : block_m == 16 ? gemm_pair_ctas_per_sm_<Bf16, 16>()
                      : block_m == 64 ? gemm_pair_ctas_per_sm_<Bf16, 64>() : gemm_pair_ctas_per_sm_<Bf16, 128>();
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
@@ -144,7 +154,8 @@ int main(int argc, char** argv) {
   cudaStreamCreate(&st);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0), cudaEventCreate(&e1);
-  printf("%s, %d SMs, block_m %d, %d CTAs/SM, M=%d\n", prop.name, prop.multiProcessorCount, block_m, per_sm, M);
+  printf("%s, %s, %d SMs, block_m %d, %d CTAs/SM, M=%d\n", prop.name, sm90 ? "sm90" : "sm80", prop.multiProcessorCount,
+         block_m, per_sm, M);
   // Interleaved rounds: every variant (and the plain read) once per round, medians reported.
   std::map<std::string, std::vector<double>> times;
   for (int round = 0; round < 25; ++round) {
@@ -182,6 +193,9 @@ int main(int argc, char** argv) {
     cudaMemcpyToSymbol(g_gemm_pair_trace_order, &base, sizeof(base));
     launch(v, st);  // warm
     cudaStreamSynchronize(st);
+    void* trace = nullptr;  // cleared: probes a path does not reach stay 0
+    cudaGetSymbolAddress(&trace, g_gemm_pair_trace);
+    cudaMemset(trace, 0, size_t(n) * 8 * sizeof(unsigned long long));
     launch(v, st);
     cudaStreamSynchronize(st);
     // Agreement with the first variant's output (each should match it to bf16 rounding).
@@ -238,10 +252,12 @@ int main(int argc, char** argv) {
     if (out_dir) {
       const std::string path = std::string(out_dir) + "/timeline_m" + std::to_string(M) + "_" + v.name + ".csv";
       FILE* f = fopen(path.c_str(), "w");
-      fprintf(f, "ticket,gemm,m_block,n_tile,split,sm,entry_us,past_wait_us,loop_done_us,end_us\n");
+      // staged_us / summed_us: SM90 only (trace.h's probes 4 and 5; summed only where a GEMM1 split summed).
+      fprintf(f, "ticket,gemm,m_block,n_tile,split,sm,entry_us,past_wait_us,loop_done_us,end_us,staged_us,summed_us\n");
       for (int i = 0; i < n; ++i)
-        fprintf(f, "%d,%d,%d,%d,%d,%llu,%.3f,%.3f,%.3f,%.3f\n", i, order[i][0], order[i][1], order[i][2], order[i][3],
-                tr[i * 8 + 7], us(i, 0), us(i, 1), us(i, 2), us(i, 3));
+        fprintf(f, "%d,%d,%d,%d,%d,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", i, order[i][0], order[i][1], order[i][2],
+                order[i][3], tr[i * 8 + 7], us(i, 0), us(i, 1), us(i, 2), us(i, 3), tr[i * 8 + 4] ? us(i, 4) : -1.0,
+                tr[i * 8 + 5] ? us(i, 5) : -1.0);
       fclose(f);
     }
   }
