@@ -58,8 +58,7 @@ def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: s
             scheduler gains. ``policy`` is then ignored.
         arch: the kernels' kind. ``"auto"`` runs the sm90 kernels (wgmma, TMA, warp-specialised) on
             compute capability 9.x for the 128- and 256-row tiles, and for the 64-row tiles at
-            8 < M <= 64 where the DRAM peaks at 4 TB/s or more (H200) or 8 < M <= 32 where it is
-            slower (H100); the sm80 ones (mma.sync, cp.async) otherwise, and for a ``split_k0`` that
+            8 < M <= 64; the sm80 ones (mma.sync, cp.async) otherwise, and for a ``split_k0`` that
             is not a multiple of 64. ``"sm80"`` or ``"sm90"`` forces one (tests, A/B). The
             sm90 kernels have block_m 64, 128 and 256 (sm80: 16, 64 and 128), and with ``"sm90"``
             ``split_k0`` must be a multiple of 64.

@@ -55,32 +55,17 @@ bool fits_sm90_split(int64_t split_k0) { return split_k0 <= 0 || split_k0 % gemm
 
 // Decode sizes, where the weights' stream sets the time: up to kSm80SmallRows rows the sm80 16-row
 // tiles are the fastest on both Hopper GPUs (H200, M = 8: 100 against 104 us for sm90's 64-row
-// tiles); above, sm90's 64-row tiles, whose TMA ring keeps more bytes in flight an SM, up to
-// sm90_small_rows_max rows (docs/perf-notes.md, session 36).
+// tiles); above, up to 64 rows, sm90's 64-row tiles, whose TMA ring keeps more bytes in flight an
+// SM (H200 since session 36; H100 since session 38's tail and L2 changes: M = 48 133 against 142
+// us for sm80's 64-row tiles, M = 64 135 against 143; docs/perf-notes.md).
 constexpr int64_t kSm80SmallRows = 8;
-
-// Peak DRAM bandwidth of `device` in GB/s (memory clock and bus width, double data rate), asked once.
-int peak_dram_gbps(int device) {
-  static PerDeviceInt cache;
-  return cache.get(device, [&] {
-    int khz = 0, bits = 0;
-    check_cuda(cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device), "memory clock");
-    check_cuda(cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device), "memory bus width");
-    return std::max(1, static_cast<int>(2.0 * khz * (bits / 8) / 1e6));
-  });
-}
-
-// The most rows the sm90 64-row tiles take when the op chooses. 64 where the DRAM peaks at 4 TB/s or
-// more (H200, 4.8: M = 32 104 against 131 us, M = 64 112 against 129; the sm80 kernels' bytes in
-// flight fall short of its read rate), else 32 (H100, 3.35: sm90 0-3% faster at M = 12-32, sm80's
-// 64-row tiles 1-3% faster at M = 48 and 64).
-int64_t sm90_small_rows_max(int device) { return peak_dram_gbps(device) >= 4000 ? 64 : 32; }
+constexpr int64_t kSm90SmallRowsMax = 64;
 
 // Whether a call whose kind is left to the op (and tile height left to it, or 64) runs the sm90
 // 64-row tiles at its M, where this build and the device have them and the GEMM0 split fits them.
 bool small_on_sm90(int64_t m, Arch arch, int64_t block_m, bool is_bf16, int64_t split_k0, int device) {
   return arch == Arch::kAuto && (block_m == 0 || block_m == 64) && m > kSm80SmallRows &&
-         m <= sm90_small_rows_max(device) && fits_sm90_split(split_k0) && has_sm90_tiles(device, 64, is_bf16);
+         m <= kSm90SmallRowsMax && fits_sm90_split(split_k0) && has_sm90_tiles(device, 64, is_bf16);
 }
 
 // The tile config for M rows: 256 rows from kWideTileMinRows where the sm90 kernels may run and
