@@ -31,7 +31,7 @@ For each family it writes:
 
 Architectures: an instantiation's arch is the kind of code it runs: "sm80" is mma.sync/cp.async
 code, compiled for both sm_80 and sm_90a, that runs on compute capability 8.x and newer; "sm90"
-(gemm_pair so far) is wgmma/TMA code that runs on 9.x only. The dispatch tries a family's architectures in the order of its `impls`, newest
+(gemm_pair, flash_fwd) is wgmma/TMA code that runs on 9.x only. The dispatch tries a family's architectures in the order of its `impls`, newest
 first, and takes the first whose `runs_on` condition holds for the current device and that has
 the key; so a family with an sm90 path and an sm80 one runs sm90 code on 9.x devices and falls
 back to sm80 for keys the sm90 path lacks (or when a build omits it). Adding an architecture to a
@@ -170,7 +170,11 @@ FAMILIES = [
               Axis("head_dim", "int", "int kHeadDim", (64, 96, 128, 256), tag="hdim"),
               Axis("causal", "bool", "bool kIsCausal", (False, True), tag="causal")),
         entry_points={"run": EntryPoint("void", "const FlashFwdParams& p, cudaStream_t stream", "p, stream")},
-        impls=(Impl("sm80", "flash_fwd/flash_fwd_launch.h", {"run": "run_flash_fwd_"}),),
+        # sm90: head dim 128 only until the kernel has run on a GPU (issue 16); the other head dims
+        # join with their measured tile configs.
+        impls=(Impl("sm90", "flash_fwd/flash_fwd_launch_sm90.h", {"run": "run_flash_fwd_sm90_"},
+                    values={"head_dim": (128,)}),
+               Impl("sm80", "flash_fwd/flash_fwd_launch.h", {"run": "run_flash_fwd_"})),
         file_tags=("head_dim", "dtype", "causal"),
     ),
     Family(

@@ -101,13 +101,16 @@ TORCH_LIBRARY(cute_ops, m) {
   // contiguous, Hq a multiple of Hkv, D in {64, 96, 128, 256}, fp16/bf16). Returns out [B, Sq, Hq, D]
   // (contiguous) and lse [B, Hq, Sq] float32. softmax_scale defaults to 1/sqrt(D). causal aligns
   // the diagonal bottom-right: query i sees keys j <= i + Sk - Sq. A query that sees no key gets
-  // out = 0 and lse = -inf.
-  m.def("flash_fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False) -> (Tensor, Tensor)");
+  // out = 0 and lse = -inf. arch: the kernel's kind, "auto" (the op's choice, stated in
+  // flash_fwd/flash_fwd.cu), "sm80" (mma.sync, cp.async) or "sm90" (wgmma, TMA; 9.x only).
+  m.def("flash_fwd(Tensor q, Tensor k, Tensor v, float? softmax_scale=None, bool causal=False, str arch=\"auto\") "
+        "-> (Tensor, Tensor)");
   // Packed variable-length batch: q [total_q, Hq, D], k and v [total_k, Hkv, D]; sequence b spans
   // rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] (int32 [B + 1]); max_seqlen_* bound every length.
   // Returns out [total_q, Hq, D] and lse [Hq, total_q] float32.
   m.def("flash_fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
-        "int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, bool causal=False) -> (Tensor, Tensor)");
+        "int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, bool causal=False, str arch=\"auto\") "
+        "-> (Tensor, Tensor)");
 
   // ---- flash_decode (csrc/flash_decode) ---------------------------------------------------
   // Split-KV attention of 1..16 new tokens a sequence over a KV cache. q [B, Sq, Hq, D]; cache

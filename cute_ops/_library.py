@@ -59,14 +59,18 @@ def supported_configs() -> dict:
     return copy.deepcopy(_SUPPORTED)
 
 
-def supported(family: str, axis: str) -> tuple:
+def supported(family: str, axis: str, arch: str | None = None) -> tuple:
     """The values of `axis` that `family` has kernels for on some architecture: what its op accepts
-    (torch dtypes for "dtype"). Without the extension the sets are unknown and this is (); the
-    ops' input rules, which use the sets, are in the extension too
+    (torch dtypes for "dtype"); with `arch` ("sm80", "sm90"), on that architecture alone (() where
+    the family has none of that kind). Without the extension the sets are unknown and this is ();
+    the ops' input rules, which use the sets, are in the extension too
     (csrc/<family>/<family>_checks.cpp)."""
     if _SUPPORTED_UNKNOWN is not None:
         return ()
-    values = _SUPPORTED[family][axis]  # a KeyError here is a name that the C++ side does not know
+    sets = _SUPPORTED[family] if arch is None else _SUPPORTED[family]["by_arch"].get(arch)
+    if sets is None:
+        return ()
+    values = sets[axis]  # a KeyError here is a name that the C++ side does not know
     return tuple(getattr(torch, name) for name in values) if axis == "dtype" else tuple(values)
 
 

@@ -13,10 +13,12 @@ from ._library import require_kernels_for, schemas_loaded, supported
 # shape inference of meta and fake tensors, are the C++ ops' (csrc/flash_fwd/flash_fwd_checks.cpp).
 DTYPES = supported("flash_fwd", "dtype")
 HEAD_DIMS = supported("flash_fwd", "head_dim")
+# The head dims of the sm90 kernel (arch="sm90"), a subset of HEAD_DIMS.
+SM90_HEAD_DIMS = supported("flash_fwd", "head_dim", arch="sm90")
 
 
 def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
-              causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+              causal: bool = False, arch: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """Exact softmax attention of a batch of equal-length sequences: for each query head h,
     ``softmax(q_h @ k_g.T * softmax_scale) @ v_g`` with kv head ``g = h // (heads_q // heads_kv)``.
 
@@ -31,6 +33,12 @@ def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         causal: mask with the diagonal aligned bottom-right (as flash-attn >= 2.1): query i sees the
             keys ``j <= i + seqlen_k - seqlen_q``. A query that sees no key (seqlen_q > seqlen_k)
             gets out = 0 and lse = -inf.
+        arch: which kernel runs. ``"sm80"``: the FlashAttention-2 kernel (mma.sync, cp.async), every
+            head dim, on compute capability 8.x and newer. ``"sm90"``: the warp-specialised Hopper
+            kernel (wgmma, TMA), on 9.x only, for the head dims in ``SM90_HEAD_DIMS`` and no
+            broadcast (stride-0) dimension; a call it cannot take raises ValueError. ``"auto"``
+            (the default): ``"sm80"`` for every call for now; the sm90 kernel becomes the choice
+            on Hopper once it has been checked and measured on a GPU (issue 16).
 
     Each tensor's last dim must be contiguous and its other strides multiples of 8 elements, with
     the data 16-byte aligned; views such as slices of a fused QKV projection work as they are.
@@ -41,13 +49,13 @@ def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
         seqlen_q]``, contiguous.
     """
     require_kernels_for("flash_fwd", q)
-    return torch.ops.cute_ops.flash_fwd(q, k, v, softmax_scale=softmax_scale, causal=causal)
+    return torch.ops.cute_ops.flash_fwd(q, k, v, softmax_scale=softmax_scale, causal=causal, arch=arch)
 
 
 def flash_fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                      cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
-                     softmax_scale: float | None = None,
-                     causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                     softmax_scale: float | None = None, causal: bool = False,
+                     arch: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`flash_fwd` over a packed batch of sequences of different lengths, with no padding.
 
     Sequence b is rows ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` of q and ``cu_seqlens_k[b]:
@@ -65,6 +73,7 @@ def flash_fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         max_seqlen_q: an int >= 1, at least every query length.
         max_seqlen_k: an int >= 1, at least every key length.
         softmax_scale, causal: as for :func:`flash_fwd`.
+        arch: as for :func:`flash_fwd`, except that ``"sm90"`` has no varlen kernel yet and raises.
 
     The offsets live on the device and are checked there, not on the host (which would need a
     sync): a sequence whose offsets are not within the rows of q (k) in order, or that is longer
@@ -81,7 +90,7 @@ def flash_fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     """
     require_kernels_for("flash_fwd_varlen", q)
     return torch.ops.cute_ops.flash_fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                               softmax_scale=softmax_scale, causal=causal)
+                                               softmax_scale=softmax_scale, causal=causal, arch=arch)
 
 
 def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, softmax_scale: float | None = None,

@@ -118,3 +118,15 @@ def capture_graph(fn) -> torch.cuda.CUDAGraph:
     with torch.cuda.graph(graph):
         fn()
     return graph
+
+
+def gpu_kernel_names(call) -> list[str]:
+    """The names of the GPU kernels `call()` launches (torch.profiler), after one call outside the
+    profile (a first call may also build and upload tables, or set kernel attributes)."""
+    call()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                   and "emcpy" not in e.name and "emset" not in e.name})

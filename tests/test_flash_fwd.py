@@ -3,6 +3,7 @@ everywhere; kernels against a float64 reference on the GPU."""
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -11,7 +12,8 @@ from torch._subclasses import FakeTensorMode
 
 import cute_ops
 from cute_ops import reference as ref
-from conftest import CHECK_DEVICES, assert_close_to_reference, capture_graph, on_device, poison_allocator
+from conftest import (CHECK_DEVICES, assert_close_to_reference, capture_graph, gpu_kernel_names, on_device,
+                      poison_allocator)
 
 DTYPES = [torch.float16, torch.bfloat16]
 HEAD_DIMS = [64, 96, 128, 256]
@@ -21,6 +23,46 @@ HEAD_DIMS = [64, 96, 128, 256]
 K_OUT = 2.0
 # lse sees no 16-bit rounding past the inputs: float32 scores, row maxima and sums.
 LSE_TOL = dict(atol=1e-3, rtol=1e-4)
+# Every GPU test runs once per kernel kind (the kernel_arch fixture below).
+KERNEL_ARCHS = ["sm80", "sm90"]
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.definition.get_closest_marker("gpu"):
+        metafunc.parametrize("kernel_arch", KERNEL_ARCHS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def kernel_arch(request, monkeypatch):
+    """The kernel kind of a GPU test: cute_ops.flash_fwd and flash_fwd_varlen (and the flash-attn
+    style functions over them) run with `arch` forced to it. The sm90 kind skips, saying why, on a
+    GPU that is not compute capability 9.x, and at a call it has no kernel for (a head dim outside
+    SM90_HEAD_DIMS, or varlen); a call the checks refuse anyway (a bad head dim) still reaches
+    them. Tests that call torch.ops.cute_ops directly run the op's automatic choice. CPU tests are
+    not parametrized (None)."""
+    arch = getattr(request, "param", None)
+    if arch is None:
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    if arch == "sm90" and major != 9:
+        pytest.skip(f"the sm90 flash_fwd kernel runs on compute capability 9.x only; this GPU is {major}.{minor}")
+    module = sys.modules["cute_ops.flash"]
+    original, original_varlen = module.flash_fwd, module.flash_fwd_varlen
+
+    def forced(q, *args, **kwargs):
+        d = q.shape[-1]
+        if arch == "sm90" and d in module.HEAD_DIMS and d not in module.SM90_HEAD_DIMS:
+            pytest.skip(f"no sm90 flash_fwd kernel for head dim {d} yet (it has {module.SM90_HEAD_DIMS})")
+        return original(q, *args, **{**kwargs, "arch": arch})
+
+    def forced_varlen(*args, **kwargs):
+        if arch == "sm90":
+            pytest.skip("the sm90 flash_fwd kernel has no varlen path yet")
+        return original_varlen(*args, **{**kwargs, "arch": arch})
+    for target in (module, cute_ops):
+        monkeypatch.setattr(target, "flash_fwd", forced)
+        monkeypatch.setattr(target, "flash_fwd_varlen", forced_varlen)
+    return arch
 
 
 def _heads_first(q, k, v):
@@ -193,6 +235,7 @@ def _batched(q_shape=(2, 5, 4, 64), kv_shape=(2, 7, 2, 64), q=None, k=None, v=No
     (lambda: _batched(v=_meta(2, 7, 2, 68)[..., :64]),
      r"v's strides \(all but the last\) must be multiples of 8 elements", ValueError),
     (lambda: _batched(softmax_scale=float("nan")), "softmax_scale must be a finite float", ValueError),
+    (lambda: _batched(arch="sm70"), r'flash_fwd: arch must be "auto", "sm80" or "sm90", got "sm70"', ValueError),
     # Types of the options are the schema's: a string is refused by the dispatcher.
     (lambda: _batched(softmax_scale="0.1"), "Expected a value of type 'Optional\\[float\\]' for argument 'softmax_scale'",
      RuntimeError),
@@ -233,12 +276,13 @@ def test_devices_must_match():
             torch.ops.cute_ops.flash_fwd_varlen(q, k, k, cu, cu, 5, 7)
 
 
-def _varlen(q_shape=(12, 4, 64), kv_shape=(15, 2, 64), batch=3, softmax_scale=None, causal=False, **overrides):
+def _varlen(q_shape=(12, 4, 64), kv_shape=(15, 2, 64), batch=3, softmax_scale=None, causal=False, arch="auto",
+            **overrides):
     """(args, options) of a valid flash_fwd_varlen call, with overrides."""
     cu = _meta(batch + 1, dtype=torch.int32)
     args = dict(q=_meta(*q_shape), k=_meta(*kv_shape), v=_meta(*kv_shape), cu_seqlens_q=cu, cu_seqlens_k=cu,
                 max_seqlen_q=8, max_seqlen_k=9)
-    return args | overrides, dict(softmax_scale=softmax_scale, causal=causal)
+    return args | overrides, dict(softmax_scale=softmax_scale, causal=causal, arch=arch)
 
 
 @pytest.mark.parametrize("make, match, exc", [
@@ -258,6 +302,8 @@ def _varlen(q_shape=(12, 4, 64), kv_shape=(15, 2, 64), batch=3, softmax_scale=No
     (lambda: _varlen(cu_seqlens_q=_meta(8, dtype=torch.int32)[::2]), "cu_seqlens_q must be contiguous", ValueError),
     (lambda: _varlen(max_seqlen_q=0), "max_seqlen_q must be an int >= 1", ValueError),
     (lambda: _varlen(max_seqlen_k=9.0), "Expected a value of type 'int' for argument 'max_seqlen_k'", RuntimeError),
+    (lambda: _varlen(arch="SM90"), r'flash_fwd_varlen: arch must be "auto", "sm80" or "sm90", got "SM90"',
+     ValueError),
 ])
 @pytest.mark.parametrize("dev", CHECK_DEVICES)
 def test_varlen_input_checks(make, match, exc, dev):
@@ -628,6 +674,67 @@ def test_planted_bug_fails_the_comparison():
     bad_lowp, _ = ref.attention(q, k, wrong, causal=True, upcast=False)
     with pytest.raises(AssertionError, match="exceeds"):
         assert_close_to_reference(out, bad, bad_lowp, k=K_OUT)
+
+
+# ---------------------------------------------------------------- GPU: the kernel kinds
+def _only_in(kind, kernel_arch):
+    if kernel_arch != kind:
+        pytest.skip(f"a test of the {kind} kind: it runs in its {kind} parametrization")
+
+
+@pytest.mark.gpu
+def test_each_kind_launches_its_own_kernel(kernel_arch):
+    # The sm90 parametrization must test the sm90 kernel: told apart by the launched kernel's name.
+    # "auto" runs the sm80 kernel until the sm90 one has been measured (flash_fwd.cu).
+    q, k, v = _qkv(2, 300, 300, 4, 2, 128, torch.bfloat16)
+    names = gpu_kernel_names(lambda: cute_ops.flash_fwd(q, k, v, causal=True))
+    if not names:
+        pytest.skip("the profiler recorded no kernels here (CUPTI taken by another tool?)")
+    assert len(names) == 1 and ("flash_fwd_kernel_sm90" in names[0]) == (kernel_arch == "sm90"), names
+    auto = gpu_kernel_names(lambda: torch.ops.cute_ops.flash_fwd(q, k, v, None, True))
+    assert len(auto) == 1 and "flash_fwd_kernel_sm90" not in auto[0], auto
+
+
+@pytest.mark.gpu
+def test_sm90_refuses_what_it_has_no_kernel_for(kernel_arch):
+    _only_in("sm90", kernel_arch)
+    op = torch.ops.cute_ops.flash_fwd
+    q, k, v = _qkv(2, 40, 40, 4, 2, 64, torch.bfloat16)
+    with pytest.raises(ValueError, match="flash_fwd: this build has no sm90 kernel for bfloat16, head dim 64"):
+        op(q, k, v, arch="sm90")
+    q, k, v = _qkv(2, 40, 40, 4, 2, 128, torch.bfloat16)
+    cu = _cu_seqlens([40, 40], "cuda")
+    with pytest.raises(ValueError, match='flash_fwd_varlen: arch "sm90" has no varlen kernel yet'):
+        torch.ops.cute_ops.flash_fwd_varlen(*(t.flatten(0, 1) for t in (q, k, v)), cu, cu, 40, 40, arch="sm90")
+    shared_k = k[:1].expand(2, -1, -1, -1)  # one k for the whole batch: batch stride 0
+    with pytest.raises(ValueError, match='flash_fwd: arch "sm90" loads q, k, v and out by TMA'):
+        op(q, shared_k, v, arch="sm90")
+    # The automatic choice takes all three.
+    out, lse = op(q, shared_k, v)
+    _assert_matches_reference(q, shared_k, v, out, lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_sm90_batch_of_one_with_any_batch_stride(causal, kernel_arch):
+    # A batch of one may carry any batch stride (here 0): TMA is given a placeholder, never used.
+    _only_in("sm90", kernel_arch)
+    q, k, v = (t.as_strided(t.shape, (0, *t.stride()[1:])) for t in _qkv(1, 333, 333, 8, 2, 128, torch.float16))
+    _run_and_check(q, k, v, causal=causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_sm90_opcheck_and_compile(causal, kernel_arch):
+    _only_in("sm90", kernel_arch)
+    q, k, v = _qkv(2, 33, 47, 4, 2, 128, torch.bfloat16)
+    torch.library.opcheck(torch.ops.cute_ops.flash_fwd.default, (q, k, v),
+                          {"softmax_scale": 0.2, "causal": causal, "arch": "sm90"})
+
+    def block(q, k, v):
+        out, lse = cute_ops.flash_fwd(q * 0.5, k, v, causal=causal, arch="sm90")
+        return out.float().sum(-1) + lse.transpose(1, 2)
+    torch.testing.assert_close(torch.compile(block, fullgraph=True)(q, k, v), block(q, k, v))
 
 
 # ---------------------------------------------------------------- GPU: varlen offsets on the device

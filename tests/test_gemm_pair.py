@@ -19,7 +19,8 @@ import torch
 import cute_ops
 from cute_ops import reference as ref
 from cute_ops.gemm_pair_schedule import PairShape, Tiling, make_schedule
-from conftest import CHECK_DEVICES, assert_close_to_reference, capture_graph, on_device, poison_allocator
+from conftest import (CHECK_DEVICES, assert_close_to_reference, capture_graph, gpu_kernel_names, on_device,
+                      poison_allocator)
 
 DTYPES = [torch.float16, torch.bfloat16]
 M_SIZES = [1, 7, 16, 64, 128, 1000, 4096]
@@ -429,18 +430,6 @@ def _counter_sequence(arch):
         _assert_matches(out, x, b0, b1)
 
 
-def _gpu_kernel_names(call):
-    """The names of the GPU kernels `call()` launches (torch.profiler), after one call outside the
-    profile (a first call also builds and uploads its tile order)."""
-    call()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        call()
-        torch.cuda.synchronize()
-    return sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                   and "emcpy" not in e.name and "emset" not in e.name})
-
-
 # The rows the op gives the sm90 64-row tiles, stated here apart from the op's rule so that a wrong
 # threshold fails: measured on the H100 and H200 (perf notes, sessions 36 and 38).
 SM90_SMALL_ROWS = (9, 64)
@@ -460,7 +449,7 @@ def test_automatic_kind_at_decode_sizes(m, block_m):
     a, b0, b1 = _problem(m, torch.bfloat16, "swiglu", hidden=512, inter=1024, out=256)
 
     def names(arch, rows):
-        return _gpu_kernel_names(lambda: torch.ops.cute_ops.gemm_pair(a, b0, b1, "swiglu", "sequential", "tile",
+        return gpu_kernel_names(lambda: torch.ops.cute_ops.gemm_pair(a, b0, b1, "swiglu", "sequential", "tile",
                                                                        -1, -1, rows, -1, False, arch))
     if SM90_SMALL_ROWS[0] <= m <= SM90_SMALL_ROWS[1]:
         chosen = ("sm90", 64)
@@ -485,18 +474,18 @@ def test_fused_mlp_kernel_choice(m):
     def two_gemvs(rows=x[:MAX_ROWS]):  # (the kernels' names need at most MAX_ROWS rows)
         return cute_ops.gemv(cute_ops.gemv(rows, b0, activation="swiglu"), b1)
 
-    gemv_names = _gpu_kernel_names(two_gemvs)
+    gemv_names = gpu_kernel_names(two_gemvs)
     if not gemv_names:
         pytest.skip("the profiler recorded no kernels here (CUPTI taken by another tool?)")
-    pair_names = _gpu_kernel_names(lambda: cute_ops.fused_mlp(x, b0, b1, kernel="gemm_pair"))
+    pair_names = gpu_kernel_names(lambda: cute_ops.fused_mlp(x, b0, b1, kernel="gemm_pair"))
     assert set(pair_names).isdisjoint(gemv_names)
-    auto_names = _gpu_kernel_names(lambda: cute_ops.fused_mlp(x, b0, b1))
+    auto_names = gpu_kernel_names(lambda: cute_ops.fused_mlp(x, b0, b1))
     if m <= MAX_ROWS:
         assert auto_names == gemv_names, f"M = {m}: fused_mlp ran {auto_names}, not the two gemvs"
         assert torch.equal(cute_ops.fused_mlp(x, b0, b1), two_gemvs())
         assert torch.equal(cute_ops.fused_mlp(x, b0, b1, kernel="gemv"), two_gemvs())
         # A gemm_pair setting given: "auto" runs gemm_pair.
-        given = _gpu_kernel_names(lambda: cute_ops.fused_mlp(x, b0, b1, split_k1=128))
+        given = gpu_kernel_names(lambda: cute_ops.fused_mlp(x, b0, b1, split_k1=128))
         assert set(given).isdisjoint(gemv_names), f"M = {m} with split_k1: fused_mlp ran {given}"
     else:
         assert auto_names == pair_names, f"M = {m}: fused_mlp ran {auto_names}, not gemm_pair"

@@ -61,6 +61,9 @@ def test_instantiations_are_todays(gen):
     files = {p: text for p, text in gen.outputs().items() if "/instantiations/" in p}
     expected = {f"template void run_flash_fwd_<cutlass::{t}, {d}, {c}>(const FlashFwdParams& p, cudaStream_t stream);"
                 for t in ("half_t", "bfloat16_t") for d in (64, 96, 128, 256) for c in ("false", "true")}
+    # flash_fwd's sm90 kernel (wgmma, TMA): head dim 128 so far
+    expected |= {f"template void run_flash_fwd_sm90_<cutlass::{t}, 128, {c}>(const FlashFwdParams& p, "
+                 "cudaStream_t stream);" for t in ("half_t", "bfloat16_t") for c in ("false", "true")}
     expected |= {f"template void run_flash_decode_<cutlass::{t}, {d}>(const FlashDecodeParams& p, cudaStream_t stream);"
                  for t in ("half_t", "bfloat16_t") for d in (64, 128)}
     for t in ("half_t", "bfloat16_t"):
@@ -73,7 +76,7 @@ def test_instantiations_are_todays(gen):
             expected.add(f"template int gemm_pair_ctas_per_sm_sm90_<cutlass::{t}, {m}>();")
     found = [line for text in files.values() for line in text.splitlines() if line.startswith("template ")]
     assert sorted(found) == sorted(expected)
-    assert len(files) == 16 + 4 + 6 + 6
+    assert len(files) == 16 + 4 + 4 + 6 + 6
 
 
 def _expected_sets(gen) -> dict:
@@ -186,10 +189,11 @@ def test_an_omitted_architecture_compiles_to_nothing(gen, tmp_path):
 
 
 def test_an_architecture_is_one_line(gen):
-    # What the sm90 paths will add: an Impl with its own header and templates, and here fewer head
-    # dims. Its files, guard, table entries (tried first, on 9.x only) and sets follow from it;
+    # What an sm90 path adds (flash_fwd's, here with other head dims): an Impl with its own header
+    # and templates, and fewer head dims. Its files, guard, table entries (tried first, on 9.x only) and sets follow from it;
     # the sm80 instantiations stay as they are.
     fwd = next(f for f in gen.FAMILIES if f.name == "flash_fwd")
+    fwd = dataclasses.replace(fwd, impls=tuple(i for i in fwd.impls if i.arch == "sm80"))
     sm90 = gen.Impl("sm90", "flash_fwd/sm90/flash_fwd_launch.h", {"run": "run_flash_fwd_sm90_"},
                     values={"head_dim": (64, 128)})
     both = dataclasses.replace(fwd, impls=(sm90, *fwd.impls))

@@ -2,29 +2,59 @@
 // kernel code: the instantiations are compiled in their own translation units (instantiations/*.cu),
 // and the generated flash_fwd_dispatch.h declares them and holds the table
 // (csrc/generate_instantiations.py writes all three).
+//
+// The kinds (`arch`):
+//   "sm80": the FlashAttention-2 kernel (mma.sync, cp.async), every head dim, padded and varlen.
+//   "sm90": the warp-specialised wgmma/TMA kernel (flash_fwd_kernel_sm90.h), on 9.x devices, for
+//           the head dims it has (supported_configs()["flash_fwd"]["by_arch"]["sm90"]), the padded
+//           layout, and strides that TMA encodes (tma_layout.h).
+//   "auto": sm80 for every call, until the sm90 kernel has passed the test suite and its benchmark
+//           on a GPU (issue 16); it then becomes the choice wherever it applies.
 #include <stdexcept>
 #include <string>
 
 #include "flash_fwd/flash_fwd.h"
 #include "flash_fwd/flash_fwd_dispatch.h"
 #include "flash_fwd/flash_fwd_supported.h"
+#include "flash_fwd/tma_layout.h"
 
 namespace cute_ops {
 
 bool flash_fwd_supports_head_dim(int d) { return supported::flash_fwd::contains(supported::flash_fwd::kHeadDims, d); }
 
-void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
+void run_flash_fwd(const FlashFwdParams& p, KernelArch arch, cudaStream_t stream) {
   const DType dtype = p.is_bf16 ? DType::kBFloat16 : DType::kFloat16;
+  const char* op = p.cu_seqlens_q ? "flash_fwd_varlen" : "flash_fwd";
   const int major = flash_fwd_dispatch::current_major();
-  if (flash_fwd_dispatch::dispatch(major, dtype, p.d, p.is_causal,
-                                   [&](auto kernel) { decltype(kernel)::run(p, stream); })) {
-    return;
+  const KernelArch kind = arch == KernelArch::kAuto ? KernelArch::kSm80 : arch;
+  if (kind == KernelArch::kSm90) {
+    if (major != 9) {
+      throw std::invalid_argument(std::string(op) + ": arch \"sm90\" runs on devices of compute capability 9.x only, "
+                                  "this one is " + std::to_string(major) + ".x");
+    }
+    if (p.cu_seqlens_q) {
+      throw std::invalid_argument(std::string(op) + ": arch \"sm90\" has no varlen kernel yet; use \"auto\" or \"sm80\"");
+    }
+    if (!flash::tma_accepts(p)) {
+      throw std::invalid_argument(std::string(op) + ": arch \"sm90\" loads q, k, v and out by TMA, which takes no "
+                                  "broadcast (stride 0) dimension; use \"auto\" or \"sm80\"");
+    }
   }
-  // The op checked the head dim against the supported set, so this is a build that left the
-  // instantiation out (CUTE_OPS_OMIT_*), or a device older than every architecture built.
-  throw std::invalid_argument(std::string("flash_fwd: this build has no kernel for ") + dtype_name(dtype) +
-                              ", head dim " + std::to_string(p.d) + (p.is_causal ? ", causal" : "") +
-                              " on a device of compute capability " + std::to_string(major) + ".x");
+  bool ran = false;
+  // The dispatch sees the device as 8.x when sm80 is asked for, so it passes the sm90 kernels by.
+  flash_fwd_dispatch::dispatch(kind == KernelArch::kSm80 ? 8 : major, dtype, p.d, p.is_causal, [&](auto kernel) {
+    if (std::string(decltype(kernel)::kArch) != kernel_arch_name(kind)) return;
+    ran = true;
+    decltype(kernel)::run(p, stream);
+  });
+  if (ran) return;
+  // The op checked the head dim against the supported set (the union over kinds), so this is a
+  // head dim that the asked kind lacks, a build that left the instantiation out (CUTE_OPS_OMIT_*),
+  // or a device older than every architecture built.
+  throw std::invalid_argument(std::string(op) + ": this build has no " + kernel_arch_name(kind) + " kernel for " +
+                              dtype_name(dtype) + ", head dim " + std::to_string(p.d) +
+                              (p.is_causal ? ", causal" : "") + " on a device of compute capability " +
+                              std::to_string(major) + ".x");
 }
 
 }  // namespace cute_ops

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/device_errors.h"
+#include "common/kernel_arch.h"
 
 namespace cute_ops {
 
@@ -46,6 +47,8 @@ struct FlashFwdParams {
 
 bool flash_fwd_supports_head_dim(int d);
 
-void run_flash_fwd(const FlashFwdParams& params, cudaStream_t stream);
+// Runs the kernel that `arch` asks for (flash_fwd.cu states the automatic choice and what each
+// kind takes); throws std::invalid_argument where that kind has no kernel for the call.
+void run_flash_fwd(const FlashFwdParams& params, KernelArch arch, cudaStream_t stream);
 
 }  // namespace cute_ops

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "common/attention_checks.h"
+#include "common/kernel_arch.h"
 #include "flash_fwd/flash_fwd_checks.h"
 #include "flash_fwd/flash_fwd_supported.h"
 
@@ -38,9 +39,19 @@ void check_qkv(const char* op, const at::Tensor& q, const at::Tensor& k, const a
                     "heads shares one kv head");
 }
 
+// `arch` names a kernel kind (which ones apply to a call is the CUDA op's question: flash_fwd.cu).
+void check_arch(const char* op, const std::string& arch) {
+  try {
+    parse_kernel_arch(arch, op);
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+}
+
 std::tuple<at::Tensor, at::Tensor> flash_fwd_meta(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                  std::optional<double> softmax_scale, bool causal) {
-  check_flash_fwd(q, k, v, softmax_scale);
+                                                  std::optional<double> softmax_scale, bool causal,
+                                                  const std::string& arch) {
+  check_flash_fwd(q, k, v, softmax_scale, arch);
   return {at::empty_symint(q.sym_sizes(), q.options()),
           at::empty_symint({q.sym_size(0), q.sym_size(2), q.sym_size(1)}, q.options().dtype(at::kFloat))};
 }
@@ -49,8 +60,8 @@ std::tuple<at::Tensor, at::Tensor> flash_fwd_varlen_meta(const at::Tensor& q, co
                                                          const at::Tensor& v, const at::Tensor& cu_seqlens_q,
                                                          const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
                                                          int64_t max_seqlen_k, std::optional<double> softmax_scale,
-                                                         bool causal) {
-  check_flash_fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale);
+                                                         bool causal, const std::string& arch) {
+  check_flash_fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, arch);
   return {at::empty_symint(q.sym_sizes(), q.options()),
           at::empty_symint({q.sym_size(1), q.sym_size(0)}, q.options().dtype(at::kFloat))};
 }
@@ -58,8 +69,9 @@ std::tuple<at::Tensor, at::Tensor> flash_fwd_varlen_meta(const at::Tensor& q, co
 }  // namespace
 
 void check_flash_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     std::optional<double> softmax_scale) {
+                     std::optional<double> softmax_scale, const std::string& arch) {
   constexpr const char* kOp = "flash_fwd";
+  check_arch(kOp, arch);
   check_qkv(kOp, q, k, v, {"batch", "seqlen_q", "heads_q", "head_dim"}, {"batch", "seqlen_k", "heads_kv", "head_dim"});
   TORCH_CHECK_VALUE(k.sym_size(0) == q.sym_size(0), kOp, ": k and v must have q's batch size (", q.sym_size(0),
                     "), got shape ", shape_str(k));
@@ -70,8 +82,10 @@ void check_flash_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 
 void check_flash_fwd_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
-                            int64_t max_seqlen_k, std::optional<double> softmax_scale) {
+                            int64_t max_seqlen_k, std::optional<double> softmax_scale,
+                            const std::string& arch) {
   constexpr const char* kOp = "flash_fwd_varlen";
+  check_arch(kOp, arch);
   check_qkv(kOp, q, k, v, {"total_q", "heads_q", "head_dim"}, {"total_k", "heads_kv", "head_dim"});
   for (auto [t, name] : {std::pair{&cu_seqlens_q, "cu_seqlens_q"}, {&cu_seqlens_k, "cu_seqlens_k"}}) {
     check_int32_operand(*t, q, kOp, name, 1);

@@ -13,6 +13,16 @@
 
 namespace cute_ops {
 
+// sm90 (flash_fwd/flash_fwd_launch_sm90.h): SM90 code (wgmma, TMA): runs on 9.x only.
+template <typename Element, int kHeadDim, bool kIsCausal>
+void run_flash_fwd_sm90_(const FlashFwdParams& p, cudaStream_t stream);
+#ifndef CUTE_OPS_OMIT_FLASH_FWD_SM90
+extern template void run_flash_fwd_sm90_<cutlass::half_t, 128, false>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::half_t, 128, true>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::bfloat16_t, 128, false>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::bfloat16_t, 128, true>(const FlashFwdParams& p, cudaStream_t stream);
+#endif  // CUTE_OPS_OMIT_FLASH_FWD_SM90
+
 // sm80 (flash_fwd/flash_fwd_launch.h): SM80 code (mma.sync, cp.async), compiled for sm_80 and sm_90a:
 // runs on 8.x and newer.
 template <typename Element, int kHeadDim, bool kIsCausal>
@@ -38,6 +48,13 @@ extern template void run_flash_fwd_<cutlass::bfloat16_t, 256, true>(const FlashF
 
 namespace flash_fwd_dispatch {
 
+// The entry points of one sm90 instantiation, as dispatch() hands them to its visitor.
+template <typename Element, int kHeadDim, bool kIsCausal>
+struct Sm90 {
+  static constexpr const char* kArch = "sm90";
+  static void run(const FlashFwdParams& p, cudaStream_t stream) { return run_flash_fwd_sm90_<Element, kHeadDim, kIsCausal>(p, stream); }
+};
+
 // The entry points of one sm80 instantiation, as dispatch() hands them to its visitor.
 template <typename Element, int kHeadDim, bool kIsCausal>
 struct Sm80 {
@@ -57,6 +74,26 @@ inline int current_major() {
 // `major`.x, trying the architectures newest first; false when this build has none.
 template <typename Visit>
 bool dispatch(int major, DType dtype, int head_dim, bool causal, Visit&& visit) {
+#ifndef CUTE_OPS_OMIT_FLASH_FWD_SM90
+  if (major == 9) {
+    if (dtype == DType::kFloat16 && head_dim == 128 && !causal) {
+      visit(Sm90<cutlass::half_t, 128, false>{});
+      return true;
+    }
+    if (dtype == DType::kFloat16 && head_dim == 128 && causal) {
+      visit(Sm90<cutlass::half_t, 128, true>{});
+      return true;
+    }
+    if (dtype == DType::kBFloat16 && head_dim == 128 && !causal) {
+      visit(Sm90<cutlass::bfloat16_t, 128, false>{});
+      return true;
+    }
+    if (dtype == DType::kBFloat16 && head_dim == 128 && causal) {
+      visit(Sm90<cutlass::bfloat16_t, 128, true>{});
+      return true;
+    }
+  }
+#endif  // CUTE_OPS_OMIT_FLASH_FWD_SM90
 #ifndef CUTE_OPS_OMIT_FLASH_FWD_SM80
   if (major >= 8) {
     if (dtype == DType::kFloat16 && head_dim == 64 && !causal) {

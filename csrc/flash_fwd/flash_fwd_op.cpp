@@ -35,9 +35,10 @@ FlashFwdParams make_params(const char* op, const at::Tensor& q, const at::Tensor
 }
 
 std::tuple<at::Tensor, at::Tensor> flash_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                             std::optional<double> softmax_scale, bool causal) {
+                                             std::optional<double> softmax_scale, bool causal,
+                                             const std::string& arch) {
   constexpr const char* kOp = "flash_fwd";
-  check_flash_fwd(q, k, v, softmax_scale);  // flash_fwd_checks.cpp
+  check_flash_fwd(q, k, v, softmax_scale, arch);  // flash_fwd_checks.cpp
   const int64_t b = q.size(0), sq = q.size(1), sk = k.size(1);
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor out = at::empty(q.sizes(), q.options());
@@ -50,16 +51,17 @@ std::tuple<at::Tensor, at::Tensor> flash_fwd(const at::Tensor& q, const at::Tens
   p.q_batch_stride = q.stride(0), p.k_batch_stride = k.stride(0), p.v_batch_stride = v.stride(0);
   p.o_batch_stride = out.stride(0);
   p.lse_batch_stride = lse.stride(0), p.lse_head_stride = lse.stride(1);
-  run_flash_fwd(p, current_stream(q));
+  run_flash_fwd(p, parse_kernel_arch(arch, kOp), current_stream(q));
   return {out, lse};
 }
 
 std::tuple<at::Tensor, at::Tensor> flash_fwd_varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                     const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
                                                     int64_t max_seqlen_q, int64_t max_seqlen_k,
-                                                    std::optional<double> softmax_scale, bool causal) {
+                                                    std::optional<double> softmax_scale, bool causal,
+                                                    const std::string& arch) {
   constexpr const char* kOp = "flash_fwd_varlen";
-  check_flash_fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale);
+  check_flash_fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, arch);
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor out = at::empty(q.sizes(), q.options());
   at::Tensor lse = at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat));
@@ -74,7 +76,7 @@ std::tuple<at::Tensor, at::Tensor> flash_fwd_varlen(const at::Tensor& q, const a
   p.total_k = static_cast<int>(k.size(0));
   p.errors = device_error_sink(q.device().index());
   p.lse_head_stride = lse.stride(0);
-  run_flash_fwd(p, current_stream(q));
+  run_flash_fwd(p, parse_kernel_arch(arch, kOp), current_stream(q));
   return {out, lse};
 }
 

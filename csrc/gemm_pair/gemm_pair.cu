@@ -17,14 +17,12 @@ using gemm_pair::Arch;
 
 DType dtype_of(bool is_bf16) { return is_bf16 ? DType::kBFloat16 : DType::kFloat16; }
 
-const char* arch_name(Arch arch) { return arch == Arch::kSm90 ? "sm90" : arch == Arch::kSm80 ? "sm80" : "auto"; }
-
 // Reached for a block_m outside the supported set (the op accepts 0 or one of them, and picks
 // only those), a build that left the instantiation out (CUTE_OPS_OMIT_*), or a device older than
 // every architecture built.
 [[noreturn]] void no_kernel(int block_m, bool is_bf16, Arch arch, int major) {
   throw std::invalid_argument(std::string("gemm_pair: this build has no ") +
-                              (arch == Arch::kAuto ? "" : std::string(arch_name(arch)) + " ") + "kernel for " +
+                              (arch == Arch::kAuto ? "" : std::string(kernel_arch_name(arch)) + " ") + "kernel for " +
                               dtype_name(dtype_of(is_bf16)) + ", block_m " + std::to_string(block_m) +
                               " on a device of compute capability " + std::to_string(major) + ".x");
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/gate_up_layout.h"
+#include "common/kernel_arch.h"
 
 namespace cute_ops {
 
@@ -30,7 +31,7 @@ enum class Policy : int { kSequential = 0, kRowInterleaved = 1, kOverlap = 2 };
 enum class Activation : int { kSwiGLU = 0, kGeLU = 1, kNone = 2 };
 // Which kernels a call may run: kAuto, the op's choice for the device and tile config
 // (gemm_pair_op.cpp's kernel_kind); or one kind only, for tests and A/B runs.
-enum class Arch : int { kAuto = 0, kSm80 = 80, kSm90 = 90 };
+using Arch = KernelArch;
 // The sm90 kernels load K in whole tiles of this many columns: a K-split must be a multiple.
 constexpr int64_t kSm90SplitStep = 64;
 
@@ -49,12 +50,7 @@ inline bool parse_granularity(const std::string& s) {
   throw std::invalid_argument("gemm_pair: granularity must be \"row\" or \"tile\", got \"" + s + "\"");
 }
 
-inline Arch parse_arch(const std::string& s) {
-  if (s == "auto") return Arch::kAuto;
-  if (s == "sm80") return Arch::kSm80;
-  if (s == "sm90") return Arch::kSm90;
-  throw std::invalid_argument("gemm_pair: arch must be \"auto\", \"sm80\" or \"sm90\", got \"" + s + "\"");
-}
+inline Arch parse_arch(const std::string& s) { return parse_kernel_arch(s, "gemm_pair"); }
 
 inline Activation parse_activation(const std::string& s) {
   if (s == "swiglu") return Activation::kSwiGLU;

@@ -46,6 +46,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 template <int kRows>
 struct OnlineSoftmax {
+  static constexpr int kRowsPerThread = kRows;
   static constexpr float kRescaleThreshold = 8.f;  // log2 units: P stays below 256
 
   float row_max[kRows];

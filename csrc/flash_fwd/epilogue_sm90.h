@@ -1,0 +1,94 @@
+#pragma once
+// The SM90 forward epilogue: O / l rounded to 16 bits, staged through Q's shared-memory buffer
+// and written by one TMA store, which drops the rows past the sequence's end by itself (the
+// tensor's bounds); the log-sum-exp in float32 from registers.
+//
+// Q's buffer is free once every consumer warp group's last S = Q K^T wgmma has completed, which
+// each group has waited for before its softmax; the named barrier below also orders the groups'
+// staging stores before the store's read.
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "common/cute/sm80_mma.h"
+#include "common/cute/sm90_mma.h"
+#include "flash_fwd/flash_fwd.h"
+#include "flash_fwd/tma_layout.h"
+
+namespace cute_ops::flash {
+
+using namespace cute;
+
+template <typename Traits>
+struct EpilogueSm90 {
+  using Element = typename Traits::Element;
+  static constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim, kMmaThreads = Traits::kMmaThreads;
+  using SharedStorage = typename Traits::SharedStorage;
+  using Tile = Shape<Int<kBlockM>, Int<kHeadDim>>;
+
+  struct Params {
+    typename Traits::TmaO tma_o;
+  };
+
+  static Params make_params(const FlashFwdParams& p) {
+    constexpr int e = sizeof(Element);
+    auto o = make_tensor(make_gmem_ptr(static_cast<Element*>(p.o)), make_shape(p.seqlen_q, Int<kHeadDim>{}, p.h, p.b),
+                         make_stride(tma_stride(p.o_row_stride, p.seqlen_q, e), _1{},
+                                     tma_stride(p.o_head_stride, p.h, e), tma_stride(p.o_batch_stride, p.b, e)));
+    return {make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutO{}, Tile{}, _1{})};
+  }
+
+  // The consumers' threads (thread: index among them) after the mainloop: tOrO normalised in place.
+  template <typename FragO, typename Softmax>
+  __device__ static void store(const Params& params, const FlashFwdParams& p, int m_block, int bidb, int bidh,
+                               int seqlen_q, FragO& tOrO, Softmax& softmax, int thread, SharedStorage& storage) {
+    typename Traits::TiledMmaO tiled_mma_o;
+    auto thr_mma_o = tiled_mma_o.get_thread_slice(thread);
+    constexpr int kRows = Softmax::kRowsPerThread;
+    Tensor tOrO_rc = make_tensor(tOrO.data(), sm90::acc_rowcol(tOrO.layout()));
+    float lse[kRows];
+    softmax.finalize(tOrO_rc, p.scale_softmax, lse);
+
+    // The rows of this thread's accumulator; the thread holding column 0 of a row writes its lse.
+    Tensor tOcO = thr_mma_o.partition_C(make_identity_tensor(Tile{}));  // (MMA, MMA_M, MMA_N)
+    Tensor tOcO_rc = make_tensor(tOcO.data(), sm90::acc_rowcol(tOcO.layout()));
+    const int rows = seqlen_q - m_block * kBlockM;
+    float* lse_out = p.lse + bidb * p.lse_batch_stride + bidh * p.lse_head_stride + m_block * kBlockM;
+    if (get<1>(tOcO_rc(0, 0)) == 0) {
+#pragma unroll
+      for (int mi = 0; mi < kRows; ++mi) {
+        const int row = get<0>(tOcO_rc(mi, 0));
+        if (row < rows) lse_out[row] = lse[mi];
+      }
+    }
+
+    Tensor rO = sm80::convert_to<Element>(tOrO);
+    Tensor sO = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutO{});
+    auto smem_copy_o = make_tiled_copy_C(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{}, tiled_mma_o);
+    auto smem_thr_copy_o = smem_copy_o.get_thread_slice(thread);
+    copy(smem_copy_o, smem_thr_copy_o.retile_S(rO), smem_thr_copy_o.partition_D(sO));
+    cutlass::arch::fence_view_async_shared();  // the staging stores, before the TMA store reads them
+    cutlass::arch::NamedBarrier::sync(kMmaThreads, /*barrier_id=*/0);
+    if (thread == 0) {
+      Tensor mO = params.tma_o.get_tma_tensor(make_shape(p.seqlen_q, Int<kHeadDim>{}, p.h, p.b));
+      Tensor gO = local_tile(mO(_, _, bidh, bidb), Tile{}, make_coord(m_block, _0{}));
+      auto cta_o = params.tma_o.get_slice(_0{});
+      copy(params.tma_o, cta_o.partition_S(sO), cta_o.partition_D(gO));
+      tma_store_arrive();
+      tma_store_wait<0>();  // the buffer must outlive the store's read of it
+    }
+  }
+
+  // A tile none of whose queries sees a key (causal, seqlen_q > seqlen_k): out 0, lse -inf.
+  __device__ static void store_empty(const FlashFwdParams& p, int m_block, int bidb, int bidh, int seqlen_q,
+                                     int thread) {
+    Element* o = static_cast<Element*>(p.o) + bidb * p.o_batch_stride + bidh * p.o_head_stride;
+    float* lse_out = p.lse + bidb * p.lse_batch_stride + bidh * p.lse_head_stride;
+    const int row0 = m_block * kBlockM, rows = min(kBlockM, seqlen_q - row0);
+    for (int i = thread; i < rows * kHeadDim; i += kMmaThreads) {
+      o[static_cast<int64_t>(row0 + i / kHeadDim) * p.o_row_stride + i % kHeadDim] = Element(0.f);
+    }
+    for (int r = thread; r < rows; r += kMmaThreads) lse_out[row0 + r] = -INFINITY;
+  }
+};
+
+}  // namespace cute_ops::flash

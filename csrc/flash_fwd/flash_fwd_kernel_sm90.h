@@ -1,0 +1,107 @@
+#pragma once
+// FlashAttention forward on SM90: a warp-specialised CTA per (kBlockM queries, batch, head), built
+// from a mainloop (mainloop_sm90.h), an epilogue (epilogue_sm90.h) and a tile scheduler
+// (tile_scheduler_sm90.h), each its own type as in CUTLASS 3.
+//   - warp group 0, the producer: gives most of its registers to the consumers (setmaxnreg);
+//     one thread issues the TMA loads of Q, K and V.
+//   - warp groups 1.., the consumers, 64 query rows each: wgmma, online softmax, epilogue.
+// The padded layout only, so far: the varlen op runs the SM80 kernel (flash_fwd.cu says so).
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include "common/cute/online_softmax.h"
+#include "flash_fwd/epilogue_sm90.h"
+#include "flash_fwd/flash_fwd.h"
+#include "flash_fwd/mainloop_sm90.h"
+#include "flash_fwd/tile_scheduler_sm90.h"
+
+namespace cute_ops::flash {
+
+using namespace cute;
+
+// kLoadRegs / kMmaRegs: registers a thread of the producer / consumer warp groups keeps after
+// the reallocation.
+template <typename Traits_, bool kIsCausal_, int kLoadRegs_, int kMmaRegs_>
+struct FlashFwdKernelSm90 {
+  using Traits = Traits_;
+  static constexpr bool kIsCausal = kIsCausal_;
+  static constexpr int kLoadRegs = kLoadRegs_, kMmaRegs = kMmaRegs_;
+  static constexpr int kNThreads = Traits::kNThreads, kLoadThreads = Traits::kLoadThreads;
+  static constexpr int kMmaThreads = Traits::kMmaThreads;
+  static_assert(kLoadThreads * kLoadRegs + kMmaThreads * kMmaRegs <= 65536);
+  using Mainloop = MainloopSm90<Traits, kIsCausal>;
+  using Epilogue = EpilogueSm90<Traits>;
+  using Scheduler = StaticTileScheduler<Traits::kBlockM, kIsCausal>;
+  using SharedStorage = typename Traits::SharedStorage;
+  static constexpr int kSmemBytes = Traits::kSmemBytes;
+
+  struct Params {
+    FlashFwdParams p;
+    typename Mainloop::Params mainloop;
+    typename Epilogue::Params epilogue;
+  };
+
+  static Params make_params(const FlashFwdParams& p) {
+    return {p, Mainloop::make_params(p), Epilogue::make_params(p)};
+  }
+
+  __device__ __forceinline__ void operator()(const Params& params, char* smem) const {
+    SharedStorage& storage = *reinterpret_cast<SharedStorage*>(smem);
+    const FlashFwdParams& p = params.p;
+    const bool is_producer = threadIdx.x < kLoadThreads;
+
+    typename Traits::Pipeline::Params pipeline_params;
+    pipeline_params.transaction_bytes = Traits::kKVBytes;
+    pipeline_params.role = is_producer ? Traits::Pipeline::ThreadCategory::Producer
+                                       : Traits::Pipeline::ThreadCategory::Consumer;
+    pipeline_params.is_leader = threadIdx.x == 0;  // the thread that issues the loads
+    pipeline_params.num_consumers = kMmaThreads;
+    typename Traits::Pipeline pipeline_k(storage.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
+    typename Traits::Pipeline pipeline_v(storage.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
+    if (threadIdx.x == 0) {
+      cutlass::arch::ClusterTransactionBarrier::init(&storage.q_full, 1);
+      cutlass::arch::fence_barrier_init();
+    }
+    __syncthreads();  // every thread sees the initialised barriers
+
+    const ForwardTile t = Scheduler::tile();
+    const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+    const typename Mainloop::Blocks blocks(t.m_block, seqlen_q, seqlen_k);
+
+    if (is_producer) {
+      cutlass::arch::warpgroup_reg_dealloc<kLoadRegs>();
+      if (threadIdx.x == 0 && blocks.n_max > 0) {
+        Mainloop::prefetch_descriptors(params.mainloop);
+        auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+        Mainloop::load(params.mainloop, p, t.m_block, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v, write, storage);
+      }
+      return;
+    }
+    cutlass::arch::warpgroup_reg_alloc<kMmaRegs>();
+    const int thread = threadIdx.x - kLoadThreads;
+    if (blocks.n_max <= 0) {  // causal with seqlen_q > seqlen_k: no query of this tile sees a key
+      Epilogue::store_empty(p, t.m_block, t.bidb, t.bidh, seqlen_q, thread);
+      return;
+    }
+    typename Traits::TiledMmaO tiled_mma_o;
+    Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
+    OnlineSoftmax<2 * decltype(size<1>(tOrO))::value> softmax;
+    typename Traits::PipelineState read{};
+    Mainloop::mma(p, t.m_block, seqlen_q, seqlen_k, blocks, pipeline_k, pipeline_v, read, tOrO, softmax, thread,
+                  storage);
+    Epilogue::store(params.epilogue, p, t.m_block, t.bidb, t.bidh, seqlen_q, tOrO, softmax, thread, storage);
+  }
+};
+
+template <typename Kernel>
+__global__ void __launch_bounds__(Kernel::kNThreads, 1)
+    flash_fwd_kernel_sm90(const __grid_constant__ typename Kernel::Params params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) char smem[];
+  Kernel{}(params, smem);
+#endif
+}
+
+}  // namespace cute_ops::flash

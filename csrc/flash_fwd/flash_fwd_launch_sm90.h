@@ -1,0 +1,50 @@
+#pragma once
+// The SM90 tile config per head dim and the launch of one instantiation
+// (run_flash_fwd_sm90_<Element, kHeadDim, kIsCausal>), which the files under instantiations/
+// compile one (dtype, head dim, causal) at a time. The TMA descriptors of q, k, v and out are
+// encoded on the host at each call and travel in the kernel's argument, so a captured launch
+// replays with them.
+#include "common/cuda_check.h"
+#include "common/kernel_attributes.h"
+#include "flash_fwd/flash_fwd_kernel_sm90.h"
+#include "flash_fwd/kernel_traits_sm90.h"
+
+namespace cute_ops {
+
+namespace flash {
+
+// FlashFwdTraitsSm90<head dim, kBlockM, kBlockN, stages, element> and the register split, per
+// head dim. Head dim 128: two consumer warp groups of 64 rows, 128-key blocks, two stages of K
+// and of V (Q 32 KB + K 64 KB + V 64 KB); 24 registers a producer thread and 240 a consumer
+// thread (S and O accumulators, 64 floats each, and P). A first config, not yet measured: the
+// head dims the SM80 kernel also has join once it has run on a GPU (docs/perf-notes.md, issue 16).
+template <int kHeadDim, typename Element>
+struct FlashFwdTileConfigSm90;
+template <typename E> struct FlashFwdTileConfigSm90<128, E> {
+  using Traits = FlashFwdTraitsSm90<128, 128, 128, 2, E>;
+  static constexpr int kLoadRegs = 24, kMmaRegs = 240;
+};
+
+template <typename Config, bool kIsCausal>
+using KernelSm90For = FlashFwdKernelSm90<typename Config::Traits, kIsCausal, Config::kLoadRegs, Config::kMmaRegs>;
+
+template <typename Kernel>
+void launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
+  constexpr int kSmem = Kernel::kSmemBytes;
+  auto kernel = &flash_fwd_kernel_sm90<Kernel>;
+  static DynamicSmemOptIn smem_opt_in;  // this instantiation's, set once per device
+  smem_opt_in.apply(kernel, kSmem, "flash_fwd shared memory");
+  const typename Kernel::Params params = Kernel::make_params(p);
+  kernel<<<Kernel::Scheduler::grid(p), Kernel::kNThreads, kSmem, stream>>>(params);
+  CUTE_OPS_CHECK_LAUNCH("flash_fwd launch");
+}
+
+}  // namespace flash
+
+template <typename Element, int kHeadDim, bool kIsCausal>
+void run_flash_fwd_sm90_(const FlashFwdParams& p, cudaStream_t stream) {
+  flash::launch_flash_fwd_sm90<flash::KernelSm90For<flash::FlashFwdTileConfigSm90<kHeadDim, Element>, kIsCausal>>(
+      p, stream);
+}
+
+}  // namespace cute_ops

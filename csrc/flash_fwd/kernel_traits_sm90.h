@@ -1,0 +1,83 @@
+#pragma once
+// Tile configuration of the SM90 forward kernel (flash_fwd_kernel_sm90.h): tile sizes, the two
+// wgmma tilings, shared-memory layouts and their TMA copy types, for one (head dim, tile, stages,
+// element type). The per-head-dim choice lives in flash_fwd_launch_sm90.h.
+//
+// Warp groups: one producer (TMA loads) and kBlockM / 64 consumers, each owning 64 query rows of
+// the tile: S = Q K^T with both operands in shared memory, O += P V with P from registers.
+#include <cute/tensor.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/pipeline.hpp>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+namespace cute_ops::flash {
+
+using namespace cute;
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_>
+struct FlashFwdTraitsSm90 {
+  using Element = Element_;  // cutlass::half_t or cutlass::bfloat16_t
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;  // K and V tiles in flight, each in its own ring
+  static constexpr int kConsumerGroups = kBlockM / 64;
+  static constexpr int kMmaThreads = kConsumerGroups * 128;
+  static constexpr int kLoadThreads = 128;
+  static constexpr int kNThreads = kLoadThreads + kMmaThreads;
+  static_assert(kBlockM % 64 == 0 && kHeadDim % 16 == 0 && kBlockN % 16 == 0);
+
+  using TileShapeS = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T: (M, N, K)
+  using TileShapeO = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O = P V:   (M, N, K)
+  // The consumer warp groups stack along M; each instruction is 64 rows x the tile's N.
+  using AtomLayout = Layout<Shape<Int<kConsumerGroups>, _1, _1>>;
+  using TiledMmaS = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileShapeS>(), AtomLayout{}));
+  // V is stored [kBlockN, kHeadDim] with the head dim contiguous, i.e. N-major for this product.
+  using TiledMmaO = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, TileShapeO, GMMA::Major::K, GMMA::Major::MN>(), AtomLayout{}));
+
+  // K-major (head dim contiguous) swizzled layouts that wgmma reads and TMA writes.
+  template <int kRows>
+  using SmemAtom = decltype(cutlass::gemm::collective::detail::ss_smem_selector<GMMA::Major::K, Element, Int<kRows>,
+                                                                                Int<kHeadDim>>());
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom<kBlockM>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutKV =
+      decltype(tile_to_shape(SmemAtom<kBlockN>{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  // V^T for O = P V is a view of V's ring (head dim x keys x stages), never a copy: the transposed
+  // view of a K-major swizzle atom is an MN-major one, which wgmma reads as such.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using SmemLayoutO = SmemLayoutQ;  // O is staged in Q's buffer for the TMA store
+
+  // Global tensors as TMA sees them: (rows, head dim, heads, batch), the head dim contiguous.
+  using StrideQKVO = Stride<int64_t, _1, int64_t, int64_t>;
+  using ShapeQKVO = Shape<int32_t, Int<kHeadDim>, int32_t, int32_t>;
+  template <typename Op, typename SmemLayout, typename Tile>
+  using TmaFor = decltype(make_tma_copy(Op{},
+                                        make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), ShapeQKVO{},
+                                                    StrideQKVO{}),
+                                        SmemLayout{}, Tile{}, _1{}));
+  using TmaQ = TmaFor<SM90_TMA_LOAD, SmemLayoutQ, Shape<Int<kBlockM>, Int<kHeadDim>>>;
+  using TmaKV = TmaFor<SM90_TMA_LOAD, decltype(take<0, 2>(SmemLayoutKV{})), Shape<Int<kBlockN>, Int<kHeadDim>>>;
+  using TmaO = TmaFor<SM90_TMA_STORE, SmemLayoutO, Shape<Int<kBlockM>, Int<kHeadDim>>>;
+
+  static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);  // one stage of K, or of V
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;  // one for K, one for V
+  using PipelineState = typename Pipeline::PipelineState;
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;  // Q, then O
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> k;
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> v;
+    typename Pipeline::SharedStorage pipeline_k;
+    typename Pipeline::SharedStorage pipeline_v;
+    alignas(8) uint64_t q_full;  // the Q tile's transaction barrier
+  };
+  static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "the tile config's shared memory exceeds an SM's");
+};
+
+}  // namespace cute_ops::flash

@@ -1,0 +1,188 @@
+#pragma once
+// The SM90 forward mainloop: the producer's TMA loads and the consumers' wgmma + online softmax
+// over one tile's key blocks, last to first (only the first few visited need masking, as in the
+// SM80 kernel).
+//
+// Producer (one thread): Q once, completing on its own transaction barrier; then K_j and V_j per
+// key block into two rings of kStages tiles (CUTLASS's PipelineTmaAsync, one each), so K_{j-1}
+// and V_{j-1} stream in while the consumers work on block j.
+// Consumers (each warp group 64 query rows): S = Q K_j^T (wgmma, both operands in shared memory),
+// K_j's slot released as soon as that wgmma is done, mask, online softmax in registers, P rounded
+// to 16 bits and re-laid-out as the A operand of O += P V_j (wgmma, V^T a view of V's ring).
+//
+// Partition names: tXgY / tXsY are the TMA partitions of global / shared Y (X = Q, K, V);
+// tSrY / tOrY the operand fragments of S = Q K^T and O = P V; tScS the (row, col) of each S
+// accumulator element, for masking.
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "common/cute/online_softmax.h"
+#include "common/cute/sm80_mma.h"
+#include "common/cute/sm90_mma.h"
+#include "flash_fwd/flash_fwd.h"
+#include "flash_fwd/mask.h"
+#include "flash_fwd/seq_info.h"
+#include "flash_fwd/tma_layout.h"
+
+namespace cute_ops::flash {
+
+using namespace cute;
+
+// Where a tile of queries starts and which key blocks it visits: [0, n_max), the ones from
+// n_unmasked up masked. Producer and consumers derive the same range from the same inputs.
+template <int kBlockM, int kBlockN, bool kIsCausal>
+struct KeyBlockRange {
+  int n_max, n_unmasked;
+
+  __device__ KeyBlockRange(int m_block, int seqlen_q, int seqlen_k) {
+    n_max = ceil_div(seqlen_k, kBlockN);
+    n_unmasked = seqlen_k / kBlockN;  // wholly inside the sequence
+    if constexpr (kIsCausal) {
+      // Bottom-right diagonal: query row r sees keys up to r + seqlen_k - seqlen_q.
+      const int shift = seqlen_k - seqlen_q;
+      n_max = min(n_max, ceil_div((m_block + 1) * kBlockM + shift, kBlockN));
+      // Unmasked: the block's last key visible to the tile's first query.
+      const int first_row_last_key = m_block * kBlockM + shift;
+      n_unmasked = min(n_unmasked, first_row_last_key < 0 ? 0 : (first_row_last_key + 1) / kBlockN);
+    }
+  }
+};
+
+template <typename Traits, bool kIsCausal>
+struct MainloopSm90 {
+  using Element = typename Traits::Element;
+  static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  using Pipeline = typename Traits::Pipeline;
+  using PipelineState = typename Traits::PipelineState;
+  using SharedStorage = typename Traits::SharedStorage;
+  using Blocks = KeyBlockRange<kBlockM, kBlockN, kIsCausal>;
+
+  // The TMA descriptors of one call (host-encoded; kernel argument).
+  struct Params {
+    typename Traits::TmaQ tma_q;
+    typename Traits::TmaKV tma_k;
+    typename Traits::TmaKV tma_v;
+  };
+
+  // (rows, head dim, heads, batch) over a [batch, rows, heads, head dim] tensor of the call, with
+  // the strides TMA is given (tma_layout.h; the op checked them with tma_accepts).
+  static auto global_tensor(const void* ptr, int rows, int heads, int batch, int64_t row_stride,
+                            int64_t head_stride, int64_t batch_stride) {
+    constexpr int e = sizeof(Element);
+    return make_tensor(make_gmem_ptr(static_cast<Element*>(const_cast<void*>(ptr))),
+                       make_shape(rows, Int<kHeadDim>{}, heads, batch),
+                       make_stride(tma_stride(row_stride, rows, e), _1{}, tma_stride(head_stride, heads, e),
+                                   tma_stride(batch_stride, batch, e)));
+  }
+
+  static Params make_params(const FlashFwdParams& p) {
+    auto q = global_tensor(p.q, p.seqlen_q, p.h, p.b, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
+    auto k = global_tensor(p.k, p.seqlen_k, p.h_k, p.b, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
+    auto v = global_tensor(p.v, p.seqlen_k, p.h_k, p.b, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
+    const auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
+    const auto tile_kv = Shape<Int<kBlockN>, Int<kHeadDim>>{};
+    const auto stage = take<0, 2>(typename Traits::SmemLayoutKV{});
+    return {make_tma_copy(SM90_TMA_LOAD{}, q, typename Traits::SmemLayoutQ{}, tile_q, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, k, stage, tile_kv, _1{}),
+            make_tma_copy(SM90_TMA_LOAD{}, v, stage, tile_kv, _1{})};
+  }
+
+  __device__ static void prefetch_descriptors(const Params& params) {
+    prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    prefetch_tma_descriptor(params.tma_k.get_tma_descriptor());
+    prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
+  }
+
+  // Producer, one thread: Q, then K and V of blocks n_max - 1 down to 0.
+  __device__ static void load(const Params& params, const FlashFwdParams& p, int m_block, int bidb, int bidh,
+                              const Blocks& blocks, Pipeline& pipeline_k, Pipeline& pipeline_v,
+                              PipelineState& write, SharedStorage& storage) {
+    const int bidh_k = bidh / (p.h / p.h_k);
+    Tensor mQ = params.tma_q.get_tma_tensor(make_shape(p.seqlen_q, Int<kHeadDim>{}, p.h, p.b));
+    Tensor mK = params.tma_k.get_tma_tensor(make_shape(p.seqlen_k, Int<kHeadDim>{}, p.h_k, p.b));
+    Tensor mV = params.tma_v.get_tma_tensor(make_shape(p.seqlen_k, Int<kHeadDim>{}, p.h_k, p.b));
+    Tensor gQ = local_tile(mQ(_, _, bidh, bidb), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));
+    Tensor gK = local_tile(mK(_, _, bidh_k, bidb), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (BN, D, n)
+    Tensor gV = local_tile(mV(_, _, bidh_k, bidb), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    Tensor sQ = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutKV{});  // (BN, D, stages)
+    Tensor sV = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutKV{});
+    auto cta_q = params.tma_q.get_slice(_0{});
+    auto cta_k = params.tma_k.get_slice(_0{});
+    auto cta_v = params.tma_v.get_slice(_0{});
+    Tensor tQgQ = cta_q.partition_S(gQ);  // (TMA, 1, 1)
+    Tensor tQsQ = cta_q.partition_D(sQ);
+    Tensor tKgK = cta_k.partition_S(gK);  // (TMA, 1, 1, n)
+    Tensor tKsK = cta_k.partition_D(sK);  // (TMA, 1, 1, stages)
+    Tensor tVgV = cta_v.partition_S(gV);
+    Tensor tVsV = cta_v.partition_D(sV);
+
+    // Rows past the sequence's end arrive as zeros (TMA's bounds): no predication here.
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&storage.q_full, Traits::kQBytes);
+    copy(params.tma_q.with(storage.q_full), tQgQ, tQsQ);
+#pragma unroll 1
+    for (int n_block = blocks.n_max - 1; n_block >= 0; --n_block) {
+      pipeline_k.producer_acquire(write);
+      copy(params.tma_k.with(*pipeline_k.producer_get_barrier(write)), tKgK(_, _, _, n_block),
+           tKsK(_, _, _, write.index()));
+      pipeline_v.producer_acquire(write);
+      copy(params.tma_v.with(*pipeline_v.producer_get_barrier(write)), tVgV(_, _, _, n_block),
+           tVsV(_, _, _, write.index()));
+      ++write;
+    }
+  }
+
+  // Consumers, every thread of the consumer warp groups (thread: its index among them): the
+  // unnormalised O of its rows in tOrO, the softmax state in `softmax`.
+  template <typename FragO, typename Softmax>
+  __device__ static void mma(const FlashFwdParams& p, int m_block, int seqlen_q, int seqlen_k, const Blocks& blocks,
+                             Pipeline& pipeline_k, Pipeline& pipeline_v, PipelineState& read, FragO& tOrO,
+                             Softmax& softmax, int thread, SharedStorage& storage) {
+    typename Traits::TiledMmaS tiled_mma_s;
+    typename Traits::TiledMmaO tiled_mma_o;
+    auto thr_mma_s = tiled_mma_s.get_thread_slice(thread);
+    auto thr_mma_o = tiled_mma_o.get_thread_slice(thread);
+    Tensor sQ = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutKV{});
+    Tensor sVt = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutVt{});
+    Tensor tSrQ = thr_mma_s.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K) descriptors
+    Tensor tSrK = thr_mma_s.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
+    Tensor tOrVt = thr_mma_o.partition_fragment_B(sVt); // (MMA, MMA_N, MMA_K, stages)
+    Tensor tScS = thr_mma_s.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    Tensor tOrO_rc = make_tensor(tOrO.data(), sm90::acc_rowcol(tOrO.layout()));
+
+    clear(tOrO);  // the first block's rescale multiplies it by 0
+    cutlass::arch::ClusterTransactionBarrier::wait(&storage.q_full, 0);
+
+    int n_block = blocks.n_max - 1;
+    auto step = [&](auto masked) {
+      constexpr bool kMasked = decltype(masked)::value;
+      Tensor tSrS = partition_fragment_C(tiled_mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+      pipeline_k.consumer_wait(read);
+      sm90::gemm</*kZeroInit=*/true, /*kWait=*/0>(tiled_mma_s, tSrQ, tSrK(_, _, _, read.index()), tSrS);
+      pipeline_k.consumer_release(read);
+      if (p.negate_q) {  // a negative softmax scale: |scale| applied to -q.k
+#pragma unroll
+        for (int i = 0; i < size(tSrS); ++i) tSrS(i) = -tSrS(i);
+      }
+      if constexpr (kMasked) {
+        apply_mask<kIsCausal>(tSrS, tScS, m_block * kBlockM, n_block * kBlockN, seqlen_q, seqlen_k);
+      }
+      Tensor scores = make_tensor(tSrS.data(), sm90::acc_rowcol(tSrS.layout()));
+      softmax.update(scores, tOrO_rc, p.scale_softmax_log2);
+      Tensor rP = sm80::convert_to<Element>(tSrS);
+      Tensor tOrP = make_tensor(rP.data(), sm90::acc_as_a_operand(rP.layout()));
+      pipeline_v.consumer_wait(read);
+      sm90::gemm</*kZeroInit=*/false, /*kWait=*/0>(tiled_mma_o, tOrP, tOrVt(_, _, _, read.index()), tOrO);
+      pipeline_v.consumer_release(read);
+      ++read;
+    };
+    // Two call sites only, as in the SM80 kernel (a third stopped the inlining of `step`).
+#pragma unroll 1
+    for (; n_block >= blocks.n_unmasked; --n_block) step(cute::true_type{});
+#pragma unroll 1
+    for (; n_block >= 0; --n_block) step(cute::false_type{});
+  }
+};
+
+}  // namespace cute_ops::flash

@@ -1,0 +1,42 @@
+#pragma once
+// What the SM90 kernel's TMA descriptors need of q, k, v and out, and the strides they are encoded
+// with. The tensor-map encoder (cuTensorMapEncodeTiled) takes strides in bytes that are multiples
+// of 16 and below 2^40; CuTe's wrapper only asserts the result, which -DNDEBUG compiles out, so a
+// layout it would refuse must never reach it. The op's checks already make every stride a
+// multiple of 16 bytes; a broadcast (stride 0 over more than one index) is what remains, and
+// such a call runs the SM80 kernel (or, with arch "sm90", is refused). Host code.
+#include <cstdint>
+
+#include "flash_fwd/flash_fwd.h"
+
+namespace cute_ops::flash {
+
+// The stride a dimension of `extent` indices is encoded with: its own, except for a single index,
+// whose stride is never used and may be anything (0 for a broadcast batch of one), so a valid
+// placeholder (16 bytes) stands in.
+inline int64_t tma_stride(int64_t stride, int64_t extent, int elem_bytes) {
+  return extent > 1 ? stride : 16 / elem_bytes;
+}
+
+inline bool tma_stride_ok(int64_t stride, int64_t extent, int elem_bytes) {
+  const int64_t bytes = tma_stride(stride, extent, elem_bytes) * elem_bytes;
+  return bytes > 0 && bytes % 16 == 0 && bytes < (int64_t{1} << 40);
+}
+
+// Whether the SM90 kernel takes these operands: the padded layout (not varlen) with strides
+// that TMA encodes.
+inline bool tma_accepts(const FlashFwdParams& p) {
+  if (p.cu_seqlens_q != nullptr) return false;
+  const int e = 2;  // fp16 / bf16
+  const bool q = tma_stride_ok(p.q_row_stride, p.seqlen_q, e) && tma_stride_ok(p.q_head_stride, p.h, e) &&
+                 tma_stride_ok(p.q_batch_stride, p.b, e);
+  const bool o = tma_stride_ok(p.o_row_stride, p.seqlen_q, e) && tma_stride_ok(p.o_head_stride, p.h, e) &&
+                 tma_stride_ok(p.o_batch_stride, p.b, e);
+  const bool k = tma_stride_ok(p.k_row_stride, p.seqlen_k, e) && tma_stride_ok(p.k_head_stride, p.h_k, e) &&
+                 tma_stride_ok(p.k_batch_stride, p.b, e);
+  const bool v = tma_stride_ok(p.v_row_stride, p.seqlen_k, e) && tma_stride_ok(p.v_head_stride, p.h_k, e) &&
+                 tma_stride_ok(p.v_batch_stride, p.b, e);
+  return q && o && k && v;
+}
+
+}  // namespace cute_ops::flash
