@@ -49,6 +49,8 @@ BASELINES = {
 
 # Our own other settings ("ours_<name>" in a case's variants_us), as the report explains them.
 VARIANTS = {
+    "ours_sm90": ("the sm90 flash_fwd kernel (wgmma, TMA, warp-specialised; `arch=\"sm90\"`), beside the op's "
+                  "automatic choice, which runs the sm80 kernel until the sm90 one has been measured (issue 16)"),
     "ours_two_launches": ("the same tiles as two stream-ordered launches, the control for gemm_pair's one-launch "
                           "scheduler"),
     "ours_bf16_cache": ("our kernel over the bf16 cache of the same values, beside each fp8-cache case (issue 15's "

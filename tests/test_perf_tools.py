@@ -266,10 +266,10 @@ def test_report_puts_the_gpus_side_by_side(results_dir, tmp_path, monkeypatch, c
     assert "% copy" in norm and "% read" not in norm
     fwd = md[md.index("## flash_fwd"):md.index("### flash_fwd on H100")]
     assert "% matmul" in fwd
-    # Our variants, per GPU: gemm_pair's policies, flash_decode's bf16 cache beside its fp8 cases,
-    # llama_decode's fp8 cache.
-    assert md.count("Our other settings on") == 6
-    for family in ("gemm_pair", "flash_decode", "llama_decode"):
+    # Our variants, per GPU: flash_fwd's sm90 kernel, gemm_pair's policies, flash_decode's bf16
+    # cache beside its fp8 cases, llama_decode's fp8 cache.
+    assert md.count("Our other settings on") == 8
+    for family in ("flash_fwd", "gemm_pair", "flash_decode", "llama_decode"):
         start = md.index(f"### {family} on H100")
         end = md.find("\n## ", start)
         assert "Our other settings on" in md[start:end if end >= 0 else None], family
