@@ -170,10 +170,7 @@ FAMILIES = [
               Axis("head_dim", "int", "int kHeadDim", (64, 96, 128, 256), tag="hdim"),
               Axis("causal", "bool", "bool kIsCausal", (False, True), tag="causal")),
         entry_points={"run": EntryPoint("void", "const FlashFwdParams& p, cudaStream_t stream", "p, stream")},
-        # sm90: head dim 128 only until the kernel has run on a GPU (issue 16); the other head dims
-        # join with their measured tile configs.
-        impls=(Impl("sm90", "flash_fwd/flash_fwd_launch_sm90.h", {"run": "run_flash_fwd_sm90_"},
-                    values={"head_dim": (128,)}),
+        impls=(Impl("sm90", "flash_fwd/flash_fwd_launch_sm90.h", {"run": "run_flash_fwd_sm90_"}),
                Impl("sm80", "flash_fwd/flash_fwd_launch.h", {"run": "run_flash_fwd_"})),
         file_tags=("head_dim", "dtype", "causal"),
     ),

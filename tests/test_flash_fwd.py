@@ -699,9 +699,6 @@ def test_each_kind_launches_its_own_kernel(kernel_arch):
 def test_sm90_refuses_what_it_has_no_kernel_for(kernel_arch):
     _only_in("sm90", kernel_arch)
     op = torch.ops.cute_ops.flash_fwd
-    q, k, v = _qkv(2, 40, 40, 4, 2, 64, torch.bfloat16)
-    with pytest.raises(ValueError, match="flash_fwd: this build has no sm90 kernel for bfloat16, head dim 64"):
-        op(q, k, v, arch="sm90")
     q, k, v = _qkv(2, 40, 40, 4, 2, 128, torch.bfloat16)
     cu = _cu_seqlens([40, 40], "cuda")
     with pytest.raises(ValueError, match='flash_fwd_varlen: arch "sm90" has no varlen kernel yet'):

@@ -17,10 +17,22 @@ namespace cute_ops {
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_flash_fwd_sm90_(const FlashFwdParams& p, cudaStream_t stream);
 #ifndef CUTE_OPS_OMIT_FLASH_FWD_SM90
+extern template void run_flash_fwd_sm90_<cutlass::half_t, 64, false>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::half_t, 64, true>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::half_t, 96, false>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::half_t, 96, true>(const FlashFwdParams& p, cudaStream_t stream);
 extern template void run_flash_fwd_sm90_<cutlass::half_t, 128, false>(const FlashFwdParams& p, cudaStream_t stream);
 extern template void run_flash_fwd_sm90_<cutlass::half_t, 128, true>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::half_t, 256, false>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::half_t, 256, true>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::bfloat16_t, 64, false>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::bfloat16_t, 64, true>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::bfloat16_t, 96, false>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::bfloat16_t, 96, true>(const FlashFwdParams& p, cudaStream_t stream);
 extern template void run_flash_fwd_sm90_<cutlass::bfloat16_t, 128, false>(const FlashFwdParams& p, cudaStream_t stream);
 extern template void run_flash_fwd_sm90_<cutlass::bfloat16_t, 128, true>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::bfloat16_t, 256, false>(const FlashFwdParams& p, cudaStream_t stream);
+extern template void run_flash_fwd_sm90_<cutlass::bfloat16_t, 256, true>(const FlashFwdParams& p, cudaStream_t stream);
 #endif  // CUTE_OPS_OMIT_FLASH_FWD_SM90
 
 // sm80 (flash_fwd/flash_fwd_launch.h): SM80 code (mma.sync, cp.async), compiled for sm_80 and sm_90a:
@@ -76,6 +88,22 @@ template <typename Visit>
 bool dispatch(int major, DType dtype, int head_dim, bool causal, Visit&& visit) {
 #ifndef CUTE_OPS_OMIT_FLASH_FWD_SM90
   if (major == 9) {
+    if (dtype == DType::kFloat16 && head_dim == 64 && !causal) {
+      visit(Sm90<cutlass::half_t, 64, false>{});
+      return true;
+    }
+    if (dtype == DType::kFloat16 && head_dim == 64 && causal) {
+      visit(Sm90<cutlass::half_t, 64, true>{});
+      return true;
+    }
+    if (dtype == DType::kFloat16 && head_dim == 96 && !causal) {
+      visit(Sm90<cutlass::half_t, 96, false>{});
+      return true;
+    }
+    if (dtype == DType::kFloat16 && head_dim == 96 && causal) {
+      visit(Sm90<cutlass::half_t, 96, true>{});
+      return true;
+    }
     if (dtype == DType::kFloat16 && head_dim == 128 && !causal) {
       visit(Sm90<cutlass::half_t, 128, false>{});
       return true;
@@ -84,12 +112,44 @@ bool dispatch(int major, DType dtype, int head_dim, bool causal, Visit&& visit) 
       visit(Sm90<cutlass::half_t, 128, true>{});
       return true;
     }
+    if (dtype == DType::kFloat16 && head_dim == 256 && !causal) {
+      visit(Sm90<cutlass::half_t, 256, false>{});
+      return true;
+    }
+    if (dtype == DType::kFloat16 && head_dim == 256 && causal) {
+      visit(Sm90<cutlass::half_t, 256, true>{});
+      return true;
+    }
+    if (dtype == DType::kBFloat16 && head_dim == 64 && !causal) {
+      visit(Sm90<cutlass::bfloat16_t, 64, false>{});
+      return true;
+    }
+    if (dtype == DType::kBFloat16 && head_dim == 64 && causal) {
+      visit(Sm90<cutlass::bfloat16_t, 64, true>{});
+      return true;
+    }
+    if (dtype == DType::kBFloat16 && head_dim == 96 && !causal) {
+      visit(Sm90<cutlass::bfloat16_t, 96, false>{});
+      return true;
+    }
+    if (dtype == DType::kBFloat16 && head_dim == 96 && causal) {
+      visit(Sm90<cutlass::bfloat16_t, 96, true>{});
+      return true;
+    }
     if (dtype == DType::kBFloat16 && head_dim == 128 && !causal) {
       visit(Sm90<cutlass::bfloat16_t, 128, false>{});
       return true;
     }
     if (dtype == DType::kBFloat16 && head_dim == 128 && causal) {
       visit(Sm90<cutlass::bfloat16_t, 128, true>{});
+      return true;
+    }
+    if (dtype == DType::kBFloat16 && head_dim == 256 && !causal) {
+      visit(Sm90<cutlass::bfloat16_t, 256, false>{});
+      return true;
+    }
+    if (dtype == DType::kBFloat16 && head_dim == 256 && causal) {
+      visit(Sm90<cutlass::bfloat16_t, 256, true>{});
       return true;
     }
   }

@@ -14,14 +14,31 @@ namespace cute_ops {
 namespace flash {
 
 // FlashFwdTraitsSm90<head dim, kBlockM, kBlockN, stages, element> and the register split, per
-// head dim. Head dim 128: two consumer warp groups of 64 rows, 128-key blocks, two stages of K
-// and of V (Q 32 KB + K 64 KB + V 64 KB); 24 registers a producer thread and 240 a consumer
-// thread (S and O accumulators, 64 floats each, and P). A first config, not yet measured: the
-// head dims the SM80 kernel also has join once it has run on a GPU (docs/perf-notes.md, issue 16).
+// head dim: two consumer warp groups of 64 rows; 24 registers a producer thread and 240 a
+// consumer thread. First configs, not yet measured (docs/perf-notes.md, issue 16):
+//   64: 128-key blocks, two stages (Q 16 KB + K 32 KB + V 32 KB); S 64 and O 32 floats a thread.
+//   96: 128-key blocks, two stages (Q 24 KB + K 48 KB + V 48 KB; 64-byte swizzle atoms, since a
+//       192-byte row holds no whole 128-byte one); S 64 and O 48 floats a thread.
+//   128: 128-key blocks, two stages (Q 32 KB + K 64 KB + V 64 KB); S and O 64 floats a thread.
+//   256: 64-key blocks, two stages (Q 64 KB + K 64 KB + V 64 KB); O 128 and S 32 floats a
+//        thread. (80-key blocks would fit too, but wgmma's N = 80 is one of CuTe's "extended"
+//        shapes, off by default: the selector then took 5 instructions of N = 16.)
 template <int kHeadDim, typename Element>
 struct FlashFwdTileConfigSm90;
+template <typename E> struct FlashFwdTileConfigSm90<64, E> {
+  using Traits = FlashFwdTraitsSm90<64, 128, 128, 2, E>;
+  static constexpr int kLoadRegs = 24, kMmaRegs = 240;
+};
+template <typename E> struct FlashFwdTileConfigSm90<96, E> {
+  using Traits = FlashFwdTraitsSm90<96, 128, 128, 2, E>;
+  static constexpr int kLoadRegs = 24, kMmaRegs = 240;
+};
 template <typename E> struct FlashFwdTileConfigSm90<128, E> {
   using Traits = FlashFwdTraitsSm90<128, 128, 128, 2, E>;
+  static constexpr int kLoadRegs = 24, kMmaRegs = 240;
+};
+template <typename E> struct FlashFwdTileConfigSm90<256, E> {
+  using Traits = FlashFwdTraitsSm90<256, 128, 64, 2, E>;
   static constexpr int kLoadRegs = 24, kMmaRegs = 240;
 };
 

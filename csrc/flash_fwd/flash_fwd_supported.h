@@ -17,6 +17,6 @@ inline constexpr int kHeadDims[] = {64, 96, 128, 256};
 inline constexpr bool kCausal[] = {false, true};
 
 // The same, with each architecture's own sets under "by_arch".
-inline constexpr const char kJson[] = R"json({"arch": ["sm90", "sm80"], "dtype": ["float16", "bfloat16"], "head_dim": [64, 96, 128, 256], "causal": [false, true], "by_arch": {"sm90": {"dtype": ["float16", "bfloat16"], "head_dim": [128], "causal": [false, true]}, "sm80": {"dtype": ["float16", "bfloat16"], "head_dim": [64, 96, 128, 256], "causal": [false, true]}}})json";
+inline constexpr const char kJson[] = R"json({"arch": ["sm90", "sm80"], "dtype": ["float16", "bfloat16"], "head_dim": [64, 96, 128, 256], "causal": [false, true], "by_arch": {"sm90": {"dtype": ["float16", "bfloat16"], "head_dim": [64, 96, 128, 256], "causal": [false, true]}, "sm80": {"dtype": ["float16", "bfloat16"], "head_dim": [64, 96, 128, 256], "causal": [false, true]}}})json";
 
 }  // namespace cute_ops::supported::flash_fwd
