@@ -37,7 +37,8 @@ struct FlashFwdParams {
   int seqlen_q, seqlen_k;  // the lengths, or their upper bounds when varlen
 
   // From attention_scale() (common/torch_utils.h): the online softmax needs a positive scale, so a
-  // negative one is |scale| applied to -q (Q negated in shared memory), and 0 is 1e-30.
+  // negative one is |scale| applied to -q (the SM80 kernel negates Q in shared memory, the SM90 one
+  // the scores, which rounds the same), and 0 is 1e-30.
   float scale_softmax;       // |scale| applied to q.k (or to -q.k)
   float scale_softmax_log2;  // scale_softmax * log2(e), at least 1e-30: exp(x * scale) == exp2(x * scale_log2)
   bool negate_q;

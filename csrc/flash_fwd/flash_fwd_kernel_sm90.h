@@ -22,16 +22,19 @@ namespace cute_ops::flash {
 using namespace cute;
 
 // kLoadRegs / kMmaRegs: registers a thread of the producer / consumer warp groups keeps after
-// the reallocation.
-template <typename Traits_, bool kIsCausal_, int kLoadRegs_, int kMmaRegs_>
+// the reallocation; kOverlap / kPingPong: the consumers' schedule (MainloopSm90::mma).
+template <typename Traits_, bool kIsCausal_, int kLoadRegs_, int kMmaRegs_, bool kOverlap, bool kPingPong>
 struct FlashFwdKernelSm90 {
   using Traits = Traits_;
   static constexpr bool kIsCausal = kIsCausal_;
   static constexpr int kLoadRegs = kLoadRegs_, kMmaRegs = kMmaRegs_;
   static constexpr int kNThreads = Traits::kNThreads, kLoadThreads = Traits::kLoadThreads;
   static constexpr int kMmaThreads = Traits::kMmaThreads;
-  static_assert(kLoadThreads * kLoadRegs + kMmaThreads * kMmaRegs <= 65536);
-  using Mainloop = MainloopSm90<Traits, kIsCausal>;
+  // setmaxnreg moves registers within what the CTA was launched with: kNThreads x the per-thread
+  // cap that __launch_bounds__(kNThreads, 1) leaves (a multiple of 8). Asking for more would make
+  // the consumers' increase wait forever.
+  static_assert(kLoadThreads * kLoadRegs + kMmaThreads * kMmaRegs <= kNThreads * ((65536 / kNThreads) & ~7));
+  using Mainloop = MainloopSm90<Traits, kIsCausal, kOverlap, kPingPong>;
   using Epilogue = EpilogueSm90<Traits>;
   using Scheduler = StaticTileScheduler<Traits::kBlockM, kIsCausal>;
   using SharedStorage = typename Traits::SharedStorage;
@@ -88,9 +91,7 @@ struct FlashFwdKernelSm90 {
     typename Traits::TiledMmaO tiled_mma_o;
     Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
     OnlineSoftmax<2 * decltype(size<1>(tOrO))::value> softmax;
-    typename Traits::PipelineState read{};
-    Mainloop::mma(p, t.m_block, seqlen_q, seqlen_k, blocks, pipeline_k, pipeline_v, read, tOrO, softmax, thread,
-                  storage);
+    Mainloop::mma(p, t.m_block, seqlen_q, seqlen_k, blocks, pipeline_k, pipeline_v, tOrO, softmax, thread, storage);
     Epilogue::store(params.epilogue, p, t.m_block, t.bidb, t.bidh, seqlen_q, tOrO, softmax, thread, storage);
   }
 };

@@ -42,8 +42,22 @@ template <typename E> struct FlashFwdTileConfigSm90<256, E> {
   static constexpr int kLoadRegs = 24, kMmaRegs = 240;
 };
 
+// The consumers' schedule, build knobs for A/B runs (rebuild the sm90 instantiations with e.g.
+// NVCC_APPEND_FLAGS=-DCUTE_OPS_FLASH_FWD_SM90_OVERLAP=0, their objects removed first, since the
+// flag is not part of the build's command lines): OVERLAP issues the next block's S = Q K^T before
+// this block's softmax (FlashAttention-3's intra-warpgroup pipelining); PINGPONG orders the two
+// consumer groups' GEMMs so that one's softmax runs under the other's GEMMs. Both on: the
+// schedule FlashAttention-3 measured fastest at these tiles; not yet measured here.
+#ifndef CUTE_OPS_FLASH_FWD_SM90_OVERLAP
+#define CUTE_OPS_FLASH_FWD_SM90_OVERLAP 1
+#endif
+#ifndef CUTE_OPS_FLASH_FWD_SM90_PINGPONG
+#define CUTE_OPS_FLASH_FWD_SM90_PINGPONG 1
+#endif
+
 template <typename Config, bool kIsCausal>
-using KernelSm90For = FlashFwdKernelSm90<typename Config::Traits, kIsCausal, Config::kLoadRegs, Config::kMmaRegs>;
+using KernelSm90For = FlashFwdKernelSm90<typename Config::Traits, kIsCausal, Config::kLoadRegs, Config::kMmaRegs,
+                                         CUTE_OPS_FLASH_FWD_SM90_OVERLAP != 0, CUTE_OPS_FLASH_FWD_SM90_PINGPONG != 0>;
 
 template <typename Kernel>
 void launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {

@@ -48,8 +48,10 @@ struct KeyBlockRange {
   }
 };
 
-template <typename Traits, bool kIsCausal>
+// kOverlap, kPingPong: the consumers' schedule (mma() below).
+template <typename Traits, bool kIsCausal, bool kOverlap, bool kPingPong>
 struct MainloopSm90 {
+  static_assert(!kPingPong || Traits::kConsumerGroups == 2, "ping-pong takes two consumer warp groups");
   using Element = typename Traits::Element;
   static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   using Pipeline = typename Traits::Pipeline;
@@ -132,12 +134,35 @@ struct MainloopSm90 {
     }
   }
 
+  // Ping-pong between the two consumer warp groups (kPingPong): each issues its GEMMs only after
+  // the other has issued its own, so that one group's softmax runs while the other's GEMMs hold
+  // the tensor cores. Named barrier 1 + g is group g's turn: 128 threads of g wait on it, the
+  // other group's 128 arrive. Group 0 starts with a turn of its own; the last arrival of group 1
+  // is left unmatched when the CTA ends (one tile a CTA).
+  static constexpr int kTurnBarrier = 1;  // ids 1, 2 (0 is the epilogue's); CUTLASS offsets user ids
+  __device__ static void turn_begin(int group) {
+    if constexpr (kPingPong) cutlass::arch::NamedBarrier::sync(256, kTurnBarrier + group);
+  }
+  __device__ static void turn_end(int group) {
+    if constexpr (kPingPong) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier + (1 - group));
+  }
+
   // Consumers, every thread of the consumer warp groups (thread: its index among them): the
   // unnormalised O of its rows in tOrO, the softmax state in `softmax`.
+  //
+  // kOverlap (FlashAttention-3's intra-warpgroup pipelining): S of block j-1 (blocks run last to
+  // first) is issued before O += P_j V_j, and its softmax runs while that product is in flight:
+  //   S_j = Q K_j^T; P_j = softmax(S_j)
+  //   for each next block i:  issue S_i;  O *= r_j;  issue O += P_j V_j;  wait S_i;  release K_i;
+  //                           P_i, r_i = softmax(S_i) (O untouched);  wait P_j V_j;  release V_j
+  //   O *= r_last;  O += P_last V_last
+  // The S accumulator is rewritten while P_j, already converted to 16 bits in its own registers,
+  // feeds the product. Without kOverlap each block's two GEMMs run back to back with the softmax
+  // between them.
   template <typename FragO, typename Softmax>
   __device__ static void mma(const FlashFwdParams& p, int m_block, int seqlen_q, int seqlen_k, const Blocks& blocks,
-                             Pipeline& pipeline_k, Pipeline& pipeline_v, PipelineState& read, FragO& tOrO,
-                             Softmax& softmax, int thread, SharedStorage& storage) {
+                             Pipeline& pipeline_k, Pipeline& pipeline_v, FragO& tOrO, Softmax& softmax, int thread,
+                             SharedStorage& storage) {
     typename Traits::TiledMmaS tiled_mma_s;
     typename Traits::TiledMmaO tiled_mma_o;
     auto thr_mma_s = tiled_mma_s.get_thread_slice(thread);
@@ -150,38 +175,107 @@ struct MainloopSm90 {
     Tensor tOrVt = thr_mma_o.partition_fragment_B(sVt); // (MMA, MMA_N, MMA_K, stages)
     Tensor tScS = thr_mma_s.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
     Tensor tOrO_rc = make_tensor(tOrO.data(), sm90::acc_rowcol(tOrO.layout()));
+    Tensor tSrS = partition_fragment_C(tiled_mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
+    Tensor scores = make_tensor(tSrS.data(), sm90::acc_rowcol(tSrS.layout()));
+    // P in 16 bits, as the A operand of O += P V.
+    Tensor tOrP = make_tensor<Element>(sm90::acc_as_a_operand(tSrS.layout()));
+    const int group = thread / 128;
+    typename Traits::PipelineState read_k{}, read_v{};
 
     clear(tOrO);  // the first block's rescale multiplies it by 0
+    if (kPingPong && group == 0) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier);  // group 0's first turn
     cutlass::arch::ClusterTransactionBarrier::wait(&storage.q_full, 0);
 
-    int n_block = blocks.n_max - 1;
-    auto step = [&](auto masked) {
-      constexpr bool kMasked = decltype(masked)::value;
-      Tensor tSrS = partition_fragment_C(tiled_mma_s, Shape<Int<kBlockM>, Int<kBlockN>>{});  // (MMA, MMA_M, MMA_N)
-      pipeline_k.consumer_wait(read);
-      sm90::gemm</*kZeroInit=*/true, /*kWait=*/0>(tiled_mma_s, tSrQ, tSrK(_, _, _, read.index()), tSrS);
-      pipeline_k.consumer_release(read);
+    // The two GEMMs of a block, issued and left in flight (the caller waits with warpgroup_wait
+    // and then releases the slot it read).
+    auto issue_s = [&] {
+      pipeline_k.consumer_wait(read_k);
+      sm90::gemm</*kZeroInit=*/true, /*kWait=*/-1>(tiled_mma_s, tSrQ, tSrK(_, _, _, read_k.index()), tSrS);
+    };
+    auto issue_pv = [&] {
+      pipeline_v.consumer_wait(read_v);
+      sm90::gemm</*kZeroInit=*/false, /*kWait=*/-1>(tiled_mma_o, tOrP, tOrVt(_, _, _, read_v.index()), tOrO);
+    };
+    // Scores of block n to P (in tSrS, and rounded into tOrP by the caller), the sums moved.
+    auto scores_to_p = [&](int n_block, auto masked, float (&rescale)[Softmax::kRowsPerThread]) {
       if (p.negate_q) {  // a negative softmax scale: |scale| applied to -q.k
 #pragma unroll
         for (int i = 0; i < size(tSrS); ++i) tSrS(i) = -tSrS(i);
       }
-      if constexpr (kMasked) {
+      if constexpr (decltype(masked)::value) {
         apply_mask<kIsCausal>(tSrS, tScS, m_block * kBlockM, n_block * kBlockN, seqlen_q, seqlen_k);
       }
-      Tensor scores = make_tensor(tSrS.data(), sm90::acc_rowcol(tSrS.layout()));
-      softmax.update(scores, tOrO_rc, p.scale_softmax_log2);
-      Tensor rP = sm80::convert_to<Element>(tSrS);
-      Tensor tOrP = make_tensor(rP.data(), sm90::acc_as_a_operand(rP.layout()));
-      pipeline_v.consumer_wait(read);
-      sm90::gemm</*kZeroInit=*/false, /*kWait=*/0>(tiled_mma_o, tOrP, tOrVt(_, _, _, read.index()), tOrO);
-      pipeline_v.consumer_release(read);
-      ++read;
+      return softmax.update_scores(scores, p.scale_softmax_log2, rescale);
     };
-    // Two call sites only, as in the SM80 kernel (a third stopped the inlining of `step`).
+    auto round_p = [&] {
+#pragma unroll
+      for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));
+    };
+
+    int n_block = blocks.n_max - 1;
+    if constexpr (kOverlap) {
+      float rescale[Softmax::kRowsPerThread];
+      turn_begin(group);
+      issue_s();
+      turn_end(group);
+      sm90::wait<0>(tSrS);
+      pipeline_k.consumer_release(read_k);
+      ++read_k;
+      bool moved = n_block >= blocks.n_unmasked ? scores_to_p(n_block, cute::true_type{}, rescale)
+                                                : scores_to_p(n_block, cute::false_type{}, rescale);
+      round_p();
+      // One block further: S of n_block issued, then the previous block's P V.
+      auto step = [&](auto masked) {
+        turn_begin(group);
+        issue_s();
+        if (moved) Softmax::rescale_o(tOrO_rc, rescale);
+        issue_pv();
+        turn_end(group);
+        sm90::wait<1>(tSrS);  // S complete (the older batch); P V may still run
+        pipeline_k.consumer_release(read_k);
+        ++read_k;
+        moved = scores_to_p(n_block, masked, rescale);
+        sm90::wait<0>(tOrO, tOrP);  // P V complete: tOrP and V's slot are free
+        pipeline_v.consumer_release(read_v);
+        ++read_v;
+        round_p();
+      };
+      --n_block;
 #pragma unroll 1
-    for (; n_block >= blocks.n_unmasked; --n_block) step(cute::true_type{});
+      for (; n_block >= blocks.n_unmasked; --n_block) step(cute::true_type{});
 #pragma unroll 1
-    for (; n_block >= 0; --n_block) step(cute::false_type{});
+      for (; n_block >= 0; --n_block) step(cute::false_type{});
+      if (moved) Softmax::rescale_o(tOrO_rc, rescale);
+      turn_begin(group);
+      issue_pv();
+      turn_end(group);
+      sm90::wait<0>(tOrO);
+      pipeline_v.consumer_release(read_v);
+      ++read_v;
+    } else {
+      auto step = [&](auto masked) {
+        turn_begin(group);
+        issue_s();
+        turn_end(group);
+        sm90::wait<0>(tSrS);
+        pipeline_k.consumer_release(read_k);
+        ++read_k;
+        float rescale[Softmax::kRowsPerThread];
+        if (scores_to_p(n_block, masked, rescale)) Softmax::rescale_o(tOrO_rc, rescale);
+        round_p();
+        turn_begin(group);
+        issue_pv();
+        turn_end(group);
+        sm90::wait<0>(tOrO, tOrP);
+        pipeline_v.consumer_release(read_v);
+        ++read_v;
+      };
+      // Two call sites only, as in the SM80 kernel (a third stopped the inlining of `step`).
+#pragma unroll 1
+      for (; n_block >= blocks.n_unmasked; --n_block) step(cute::true_type{});
+#pragma unroll 1
+      for (; n_block >= 0; --n_block) step(cute::false_type{});
+    }
   }
 };
 

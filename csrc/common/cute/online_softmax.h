@@ -101,6 +101,56 @@ struct OnlineSoftmax {
     }
   }
 
+  // update() in two halves, for a mainloop that issues O += P V of the previous block before it
+  // turns this block's scores into P (the SM90 kernel's): update_scores() replaces the scores by P
+  // and moves the sums, leaving O alone; the factor each row of O needs before the next P V is
+  // added goes to rescale[], and the (warp-uniform) result says whether any row's factor may
+  // differ from 1. rescale_o() applies them once O is no longer being written by an MMA. Same
+  // rules, same numbers as update().
+  template <typename TensorS>
+  __device__ __forceinline__ bool update_scores(TensorS& scores, float scale_log2, float (&rescale)[kRows]) {
+    static_assert(decltype(size<0>(scores))::value == kRows);
+    float tile_max[kRows];
+    bool stale = false;
+#pragma unroll
+    for (int mi = 0; mi < kRows; ++mi) {
+      float m = row_max[mi];
+#pragma unroll
+      for (int ni = 0; ni < size<1>(scores); ++ni) m = fmaxf(m, scores(mi, ni));
+      tile_max[mi] = sm80::quad_max(m);
+      stale |= tile_max[mi] * scale_log2 > row_max[mi] * scale_log2 + kRescaleThreshold;
+    }
+    const bool moved = __any_sync(0xffffffffu, stale);
+#pragma unroll
+    for (int mi = 0; mi < kRows; ++mi) {
+      rescale[mi] = 1.f;
+      if (moved) {
+        const float m_scaled = tile_max[mi] == -INFINITY ? 0.f : tile_max[mi] * scale_log2;
+        rescale[mi] = exp2f(row_max[mi] * scale_log2 - m_scaled);  // 0 while the old max is -inf
+        row_sum[mi] *= rescale[mi];
+        row_max[mi] = tile_max[mi];
+      }
+      const float m_scaled = row_max[mi] == -INFINITY ? 0.f : row_max[mi] * scale_log2;
+      float sum = 0.f;
+#pragma unroll
+      for (int ni = 0; ni < size<1>(scores); ++ni) {
+        scores(mi, ni) = exp2f(scores(mi, ni) * scale_log2 - m_scaled);
+        sum += scores(mi, ni);
+      }
+      row_sum[mi] += sum;
+    }
+    return moved;
+  }
+
+  template <typename TensorO>
+  __device__ __forceinline__ static void rescale_o(TensorO& acc_o, const float (&rescale)[kRows]) {
+#pragma unroll
+    for (int mi = 0; mi < kRows; ++mi) {
+#pragma unroll
+      for (int ni = 0; ni < size<1>(acc_o); ++ni) acc_o(mi, ni) *= rescale[mi];
+    }
+  }
+
   // Divides O by the row sums and returns each row's log-sum-exp (natural log, of the scaled
   // scores) in lse[]. Each row is one merge state: the running max (raw scores, scaled by lse())
   // and the quad-reduced sum, with no NaN flag (a NaN score is already in the sum).

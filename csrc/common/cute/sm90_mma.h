@@ -35,6 +35,15 @@ __device__ __forceinline__ void gemm(TiledMma& tiled_mma, const FragA& tCrA, con
   if constexpr (kRegisterA) warpgroup_fence_operand(const_cast<FragA&>(tCrA));
 }
 
+// warpgroup_wait<kPending>(): at most kPending of this warp group's committed wgmma batches left
+// in flight; then `frags` (the completed batches' accumulators, a register A operand about to be
+// rewritten) fenced, so that the compiler moves none of their reads or writes above the wait.
+template <int kPending, typename... Frags>
+__device__ __forceinline__ void wait(Frags&... frags) {
+  warpgroup_wait<kPending>();
+  (warpgroup_fence_operand(frags), ...);
+}
+
 // ((2, 2, N / 8), MMA_M, MMA_N) wgmma accumulator layout -> ((2, MMA_M), (2, N / 8, MMA_N)): rows x
 // columns of this thread's elements. As for mma.sync, a thread holds two rows (8 apart) of each
 // 64-row slice and a row is shared by the 4 threads of a quad (sm80::quad_max / quad_sum apply).
