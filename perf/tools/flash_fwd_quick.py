@@ -1,0 +1,56 @@
+"""Quick check and timing of flash_fwd's kernel kinds at a few shapes of the benchmark grid: each
+forced kind's output against a float64 reference on small odd shapes first (a wrong kernel is
+not timed), then TFLOP/s of the sm80 kernel, the sm90 kernel and SDPA's cuDNN and FLASH backends,
+with the harness's timing. For comparing sm90 builds (perf/tools/flash_fwd_variants.sh) while
+iterating. Usage: python perf/tools/flash_fwd_quick.py [D:S[:causal] ...], e.g. 128:16384 128:4096:causal"""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent.parent / "tests"))
+
+import torch  # noqa: E402
+
+import cases_flash  # noqa: E402
+import cute_ops  # noqa: E402
+from conftest import assert_close_to_reference  # noqa: E402
+from cute_ops import reference as ref  # noqa: E402
+from harness import time_case  # noqa: E402
+
+KEEP = ("ours", "ours_sm90", "sdpa_cudnn", "sdpa_flash")
+DEFAULT = ["64:2048", "128:2048", "128:16384", "128:16384:causal", "256:2048"]
+
+
+def check(arch: str) -> None:
+    for b, sq, sk, hq, hk, d, causal in ((2, 17, 33, 4, 2, 128, True), (1, 300, 1000, 8, 2, 128, False),
+                                          (1, 1000, 17, 2, 2, 128, True), (2, 129, 129, 4, 4, 64, True),
+                                          (1, 200, 260, 2, 1, 256, False), (1, 97, 300, 2, 2, 96, True)):
+        q, k, v = (torch.randn(b, s, h, d, device="cuda").to(torch.bfloat16)
+                   for s, h in ((sq, hq), (sk, hk), (sk, hk)))
+        out, _ = cute_ops.flash_fwd(q, k, v, causal=causal, arch=arch)
+        expected, _ = ref.attention(q.double(), k.double(), v.double(), causal=causal)
+        lowp, _ = ref.attention(q, k, v, causal=causal, upcast=False)
+        assert_close_to_reference(out, expected, lowp, k=2.0)
+    print(f"{arch}: matches the reference", flush=True)
+
+
+def main(args: list[str]) -> None:
+    check("sm80")
+    check("sm90")
+    for spec in args or DEFAULT:
+        d, s, *rest = spec.split(":")
+        d, s, causal = int(d), int(s), rest == ["causal"]
+        heads = cases_flash.HIDDEN // d
+        case = cases_flash._flash_case(cases_flash.TOKENS // s, s, heads, heads, d, causal, torch.bfloat16)
+        setup = case.setup
+        case.setup = lambda setup=setup: {k: v for k, v in setup().items() if k in KEEP}
+        times, _ = time_case(case)
+        row = "  ".join(f"{k} {case.flops / us / 1e6:6.1f}" for k, us in times.items())
+        print(f"{torch.cuda.get_device_name()} D={d} S={s} {'causal' if causal else 'full'}  TFLOP/s: {row}  "
+              f"sm90/cudnn {times.get('sdpa_cudnn', float('nan')) / times['ours_sm90']:.3f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
