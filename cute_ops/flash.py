@@ -35,8 +35,8 @@ def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
             gets out = 0 and lse = -inf.
         arch: which kernel runs. ``"sm80"``: the FlashAttention-2 kernel (mma.sync, cp.async), every
             head dim, on compute capability 8.x and newer. ``"sm90"``: the warp-specialised Hopper
-            kernel (wgmma, TMA), on 9.x only, for the head dims in ``SM90_HEAD_DIMS`` and no
-            broadcast (stride-0) dimension; a call it cannot take raises ValueError. ``"auto"``
+            kernel (wgmma, TMA), on 9.x only, for the head dims in ``SM90_HEAD_DIMS`` (all of
+            them) and no broadcast (stride-0) dimension; a call it cannot take raises ValueError. ``"auto"``
             (the default): ``"sm80"`` for every call for now; the sm90 kernel becomes the choice
             on Hopper once it has been checked and measured on a GPU (issue 16).
 
@@ -73,7 +73,9 @@ def flash_fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         max_seqlen_q: an int >= 1, at least every query length.
         max_seqlen_k: an int >= 1, at least every key length.
         softmax_scale, causal: as for :func:`flash_fwd`.
-        arch: as for :func:`flash_fwd`, except that ``"sm90"`` has no varlen kernel yet and raises.
+        arch: as for :func:`flash_fwd`. With ``"sm90"`` a second, small kernel runs first: the
+            offsets' checks and the fills of rows outside the sequences (the main kernel only
+            skips a bad sequence).
 
     The offsets live on the device and are checked there, not on the host (which would need a
     sync): a sequence whose offsets are not within the rows of q (k) in order, or that is longer

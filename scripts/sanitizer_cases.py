@@ -60,6 +60,11 @@ def flash_fwd_cases():
     bad_q[-1] = q.shape[0] + 100  # past the rows of q
     cute_ops.flash_fwd_varlen(q, k, k.clone(), bad_q, cu_k, 200, 40)
     cute_ops.flash_fwd_varlen(q, k, k.clone(), cu_q, cu_k, 3, 5)  # sequences longer than the bounds
+    if torch.cuda.get_device_capability()[0] == 9:  # the same through the sm90 kernel (and its checks kernel)
+        qd, kd = rand(sum(lengths_q) + 6, 4, 128), rand(sum(lengths_k), 2, 128)
+        cute_ops.flash_fwd_varlen(qd, kd, kd.clone(), cu_q, cu_k, 17, 40, causal=True, arch="sm90")
+        cute_ops.flash_fwd_varlen(qd, kd, kd.clone(), bad_q, cu_k, 200, 40, arch="sm90")
+        cute_ops.flash_fwd_varlen(qd, kd, kd.clone(), cu_q, cu_k, 3, 5, arch="sm90")
     assert cute_ops.read_errors() is not None
 
 

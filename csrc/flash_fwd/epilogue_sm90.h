@@ -1,7 +1,9 @@
 #pragma once
 // The SM90 forward epilogue: O / l rounded to 16 bits, staged through Q's shared-memory buffer
 // and written by one TMA store, which drops the rows past the sequence's end by itself (the
-// tensor's bounds); the log-sum-exp in float32 from registers.
+// tensor's bounds); the log-sum-exp in float32 from registers. Varlen: the rows past a packed
+// sequence's end are the next sequence's, which a TMA store of the whole tile would overwrite, so
+// there the consumers copy the staged tile out with 16-byte stores of the sequence's rows only.
 //
 // Q's buffer is free once every consumer warp group's last S = Q K^T wgmma has completed, which
 // each group has waited for before its softmax; the named barrier below also orders the groups'
@@ -12,6 +14,7 @@
 #include "common/cute/sm80_mma.h"
 #include "common/cute/sm90_mma.h"
 #include "flash_fwd/flash_fwd.h"
+#include "flash_fwd/seq_info.h"
 #include "flash_fwd/tma_layout.h"
 
 namespace cute_ops::flash {
@@ -31,16 +34,17 @@ struct EpilogueSm90 {
 
   static Params make_params(const FlashFwdParams& p) {
     constexpr int e = sizeof(Element);
-    auto o = make_tensor(make_gmem_ptr(static_cast<Element*>(p.o)), make_shape(p.seqlen_q, Int<kHeadDim>{}, p.h, p.b),
-                         make_stride(tma_stride(p.o_row_stride, p.seqlen_q, e), _1{},
-                                     tma_stride(p.o_head_stride, p.h, e), tma_stride(p.o_batch_stride, p.b, e)));
+    const TmaExtents x(p);  // varlen builds this store too, and never issues it
+    auto o = make_tensor(make_gmem_ptr(static_cast<Element*>(p.o)), make_shape(x.rows_q, Int<kHeadDim>{}, p.h, x.batch),
+                         make_stride(tma_stride(p.o_row_stride, x.rows_q, e), _1{},
+                                     tma_stride(p.o_head_stride, p.h, e), tma_stride(p.o_batch_stride, x.batch, e)));
     return {make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutO{}, Tile{}, _1{})};
   }
 
   // The consumers' threads (thread: index among them) after the mainloop: tOrO normalised in place.
   template <typename FragO, typename Softmax>
-  __device__ static void store(const Params& params, const FlashFwdParams& p, int m_block, int bidb, int bidh,
-                               int seqlen_q, FragO& tOrO, Softmax& softmax, int thread, SharedStorage& storage) {
+  __device__ static void store(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int m_block,
+                               int bidb, int bidh, FragO& tOrO, Softmax& softmax, int thread, SharedStorage& storage) {
     typename Traits::TiledMmaO tiled_mma_o;
     auto thr_mma_o = tiled_mma_o.get_thread_slice(thread);
     constexpr int kRows = Softmax::kRowsPerThread;
@@ -51,8 +55,8 @@ struct EpilogueSm90 {
     // The rows of this thread's accumulator; the thread holding column 0 of a row writes its lse.
     Tensor tOcO = thr_mma_o.partition_C(make_identity_tensor(Tile{}));  // (MMA, MMA_M, MMA_N)
     Tensor tOcO_rc = make_tensor(tOcO.data(), sm90::acc_rowcol(tOcO.layout()));
-    const int rows = seqlen_q - m_block * kBlockM;
-    float* lse_out = p.lse + bidb * p.lse_batch_stride + bidh * p.lse_head_stride + m_block * kBlockM;
+    const int row0 = m_block * kBlockM, rows = seq.seqlen_q - row0;
+    float* lse_out = lse_rows(p, seq, bidb, bidh) + row0;
     if (get<1>(tOcO_rc(0, 0)) == 0) {
 #pragma unroll
       for (int mi = 0; mi < kRows; ++mi) {
@@ -66,10 +70,26 @@ struct EpilogueSm90 {
     auto smem_copy_o = make_tiled_copy_C(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{}, tiled_mma_o);
     auto smem_thr_copy_o = smem_copy_o.get_thread_slice(thread);
     copy(smem_copy_o, smem_thr_copy_o.retile_S(rO), smem_thr_copy_o.partition_D(sO));
+    if (p.cu_seqlens_q) {
+      cutlass::arch::NamedBarrier::sync(kMmaThreads, /*barrier_id=*/0);  // the staged tile is complete
+      // 16-byte chunks (a swizzle keeps each one whole), the sequence's rows only.
+      constexpr int kChunks = kHeadDim / 8;
+      Element* o = static_cast<Element*>(p.o) + seq.q_offset(p.o_batch_stride, p.o_row_stride, bidb) +
+                   bidh * p.o_head_stride;
+      for (int i = thread; i < kBlockM * kChunks; i += kMmaThreads) {
+        const int r = i / kChunks, c = i % kChunks * 8;
+        if (r < rows) {
+          *reinterpret_cast<uint4*>(o + static_cast<int64_t>(row0 + r) * p.o_row_stride + c) =
+              *reinterpret_cast<const uint4*>(&sO(r, c));
+        }
+      }
+      return;
+    }
     cutlass::arch::fence_view_async_shared();  // the staging stores, before the TMA store reads them
     cutlass::arch::NamedBarrier::sync(kMmaThreads, /*barrier_id=*/0);
     if (thread == 0) {
-      Tensor mO = params.tma_o.get_tma_tensor(make_shape(p.seqlen_q, Int<kHeadDim>{}, p.h, p.b));
+      const TmaExtents x(p);
+      Tensor mO = params.tma_o.get_tma_tensor(make_shape(x.rows_q, Int<kHeadDim>{}, p.h, x.batch));
       Tensor gO = local_tile(mO(_, _, bidh, bidb), Tile{}, make_coord(m_block, _0{}));
       auto cta_o = params.tma_o.get_slice(_0{});
       copy(params.tma_o, cta_o.partition_S(sO), cta_o.partition_D(gO));
@@ -78,16 +98,25 @@ struct EpilogueSm90 {
     }
   }
 
-  // A tile none of whose queries sees a key (causal, seqlen_q > seqlen_k): out 0, lse -inf.
-  __device__ static void store_empty(const FlashFwdParams& p, int m_block, int bidb, int bidh, int seqlen_q,
+  // A tile none of whose queries sees a key (causal with seqlen_q > seqlen_k, or a varlen sequence
+  // with no keys): out 0, lse -inf.
+  __device__ static void store_empty(const FlashFwdParams& p, const SeqInfo& seq, int m_block, int bidb, int bidh,
                                      int thread) {
-    Element* o = static_cast<Element*>(p.o) + bidb * p.o_batch_stride + bidh * p.o_head_stride;
-    float* lse_out = p.lse + bidb * p.lse_batch_stride + bidh * p.lse_head_stride;
-    const int row0 = m_block * kBlockM, rows = min(kBlockM, seqlen_q - row0);
+    Element* o = static_cast<Element*>(p.o) + seq.q_offset(p.o_batch_stride, p.o_row_stride, bidb) +
+                 bidh * p.o_head_stride;
+    float* lse_out = lse_rows(p, seq, bidb, bidh);
+    const int row0 = m_block * kBlockM, rows = min(kBlockM, seq.seqlen_q - row0);
     for (int i = thread; i < rows * kHeadDim; i += kMmaThreads) {
       o[static_cast<int64_t>(row0 + i / kHeadDim) * p.o_row_stride + i % kHeadDim] = Element(0.f);
     }
     for (int r = thread; r < rows; r += kMmaThreads) lse_out[row0 + r] = -INFINITY;
+  }
+
+ private:
+  // The lse of this (sequence, head): [b, h, seqlen_q] rows, or [h, total_q] from the sequence's
+  // first row when varlen.
+  __device__ static float* lse_rows(const FlashFwdParams& p, const SeqInfo& seq, int bidb, int bidh) {
+    return p.lse + (p.cu_seqlens_q ? seq.q_start : bidb * p.lse_batch_stride) + bidh * p.lse_head_stride;
   }
 };
 

@@ -6,8 +6,8 @@
 // The kinds (`arch`):
 //   "sm80": the FlashAttention-2 kernel (mma.sync, cp.async), every head dim, padded and varlen.
 //   "sm90": the warp-specialised wgmma/TMA kernel (flash_fwd_kernel_sm90.h), on 9.x devices, for
-//           the head dims it has (supported_configs()["flash_fwd"]["by_arch"]["sm90"]), the padded
-//           layout, and strides that TMA encodes (tma_layout.h).
+//           the head dims it has (supported_configs()["flash_fwd"]["by_arch"]["sm90"]), padded and
+//           varlen, with strides that TMA encodes (tma_layout.h).
 //   "auto": sm80 for every call, until the sm90 kernel has passed the test suite and its benchmark
 //           on a GPU (issue 16); it then becomes the choice wherever it applies.
 #include <stdexcept>
@@ -31,9 +31,6 @@ void run_flash_fwd(const FlashFwdParams& p, KernelArch arch, cudaStream_t stream
     if (major != 9) {
       throw std::invalid_argument(std::string(op) + ": arch \"sm90\" runs on devices of compute capability 9.x only, "
                                   "this one is " + std::to_string(major) + ".x");
-    }
-    if (p.cu_seqlens_q) {
-      throw std::invalid_argument(std::string(op) + ": arch \"sm90\" has no varlen kernel yet; use \"auto\" or \"sm80\"");
     }
     if (!flash::tma_accepts(p)) {
       throw std::invalid_argument(std::string(op) + ": arch \"sm90\" loads q, k, v and out by TMA, which takes no "

@@ -5,7 +5,8 @@
 //   - warp group 0, the producer: gives most of its registers to the consumers (setmaxnreg);
 //     one thread issues the TMA loads of Q, K and V.
 //   - warp groups 1.., the consumers, 64 query rows each: wgmma, online softmax, epilogue.
-// The padded layout only, so far: the varlen op runs the SM80 kernel (flash_fwd.cu says so).
+// Padded and varlen layouts alike: TMA addresses a varlen sequence from its first packed row
+// (tma_layout.h), and the epilogue stores only its rows.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -15,6 +16,7 @@
 #include "flash_fwd/epilogue_sm90.h"
 #include "flash_fwd/flash_fwd.h"
 #include "flash_fwd/mainloop_sm90.h"
+#include "flash_fwd/seq_info.h"
 #include "flash_fwd/tile_scheduler_sm90.h"
 
 namespace cute_ops::flash {
@@ -53,6 +55,14 @@ struct FlashFwdKernelSm90 {
   __device__ __forceinline__ void operator()(const Params& params, char* smem) const {
     SharedStorage& storage = *reinterpret_cast<SharedStorage*>(smem);
     const FlashFwdParams& p = params.p;
+    const ForwardTile t = Scheduler::tile();
+    // Varlen: this sequence's offsets are checked before anything of it is read (seq_info.h); a
+    // bad one is skipped here and reported, its rows filled, by varlen_checks_kernel, launched
+    // before this kernel. A CTA with nothing to do leaves before the barriers are set up, all its
+    // threads alike.
+    if (p.cu_seqlens_q != nullptr && varlen_sequence_check(p, t.bidb).code != DeviceErrorCode{}) return;
+    const SeqInfo seq(p, t.bidb);
+    if (t.m_block * Traits::kBlockM >= seq.seqlen_q) return;  // varlen: a sequence shorter than the grid
     const bool is_producer = threadIdx.x < kLoadThreads;
 
     typename Traits::Pipeline::Params pipeline_params;
@@ -69,30 +79,30 @@ struct FlashFwdKernelSm90 {
     }
     __syncthreads();  // every thread sees the initialised barriers
 
-    const ForwardTile t = Scheduler::tile();
-    const int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
-    const typename Mainloop::Blocks blocks(t.m_block, seqlen_q, seqlen_k);
-
+    const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegs>();
       if (threadIdx.x == 0 && blocks.n_max > 0) {
         Mainloop::prefetch_descriptors(params.mainloop);
         auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();
-        Mainloop::load(params.mainloop, p, t.m_block, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v, write, storage);
+        Mainloop::load(params.mainloop, p, seq, t.m_block, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v, write,
+                       storage);
       }
       return;
     }
     cutlass::arch::warpgroup_reg_alloc<kMmaRegs>();
     const int thread = threadIdx.x - kLoadThreads;
-    if (blocks.n_max <= 0) {  // causal with seqlen_q > seqlen_k: no query of this tile sees a key
-      Epilogue::store_empty(p, t.m_block, t.bidb, t.bidh, seqlen_q, thread);
+    if (blocks.n_max <= 0) {  // no query of this tile sees a key
+      Epilogue::store_empty(p, seq, t.m_block, t.bidb, t.bidh, thread);
       return;
     }
     typename Traits::TiledMmaO tiled_mma_o;
     Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
     OnlineSoftmax<2 * decltype(size<1>(tOrO))::value> softmax;
-    Mainloop::mma(p, t.m_block, seqlen_q, seqlen_k, blocks, pipeline_k, pipeline_v, tOrO, softmax, thread, storage);
-    Epilogue::store(params.epilogue, p, t.m_block, t.bidb, t.bidh, seqlen_q, tOrO, softmax, thread, storage);
+    Mainloop::init_turns(thread);
+    Mainloop::mma(p, t.m_block, seq.seqlen_q, seq.seqlen_k, blocks, pipeline_k, pipeline_v, tOrO, softmax, thread,
+                  storage);
+    Epilogue::store(params.epilogue, p, seq, t.m_block, t.bidb, t.bidh, tOrO, softmax, thread, storage);
   }
 };
 

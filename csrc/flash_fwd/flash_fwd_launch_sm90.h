@@ -8,6 +8,7 @@
 #include "common/kernel_attributes.h"
 #include "flash_fwd/flash_fwd_kernel_sm90.h"
 #include "flash_fwd/kernel_traits_sm90.h"
+#include "flash_fwd/seq_info.h"
 
 namespace cute_ops {
 
@@ -65,6 +66,12 @@ void launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
   auto kernel = &flash_fwd_kernel_sm90<Kernel>;
   static DynamicSmemOptIn smem_opt_in;  // this instantiation's, set once per device
   smem_opt_in.apply(kernel, kSmem, "flash_fwd shared memory");
+  if (p.cu_seqlens_q) {  // the offsets' checks and fills, which the kernel leaves to this one
+    using Traits = typename Kernel::Traits;
+    varlen_checks_kernel<typename Traits::Element, Traits::kBlockM, Traits::kHeadDim, 128>
+        <<<dim3(1, p.b, p.h), 128, 0, stream>>>(p);
+    CUTE_OPS_CHECK_LAUNCH("flash_fwd varlen checks launch");
+  }
   const typename Kernel::Params params = Kernel::make_params(p);
   kernel<<<Kernel::Scheduler::grid(p), Kernel::kNThreads, kSmem, stream>>>(params);
   CUTE_OPS_CHECK_LAUNCH("flash_fwd launch");

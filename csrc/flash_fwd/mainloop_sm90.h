@@ -78,9 +78,10 @@ struct MainloopSm90 {
   }
 
   static Params make_params(const FlashFwdParams& p) {
-    auto q = global_tensor(p.q, p.seqlen_q, p.h, p.b, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
-    auto k = global_tensor(p.k, p.seqlen_k, p.h_k, p.b, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
-    auto v = global_tensor(p.v, p.seqlen_k, p.h_k, p.b, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
+    const TmaExtents x(p);
+    auto q = global_tensor(p.q, x.rows_q, p.h, x.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
+    auto k = global_tensor(p.k, x.rows_k, p.h_k, x.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
+    auto v = global_tensor(p.v, x.rows_k, p.h_k, x.batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
     const auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
     const auto tile_kv = Shape<Int<kBlockN>, Int<kHeadDim>>{};
     const auto stage = take<0, 2>(typename Traits::SmemLayoutKV{});
@@ -95,17 +96,23 @@ struct MainloopSm90 {
     prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
   }
 
-  // Producer, one thread: Q, then K and V of blocks n_max - 1 down to 0.
-  __device__ static void load(const Params& params, const FlashFwdParams& p, int m_block, int bidb, int bidh,
-                              const Blocks& blocks, Pipeline& pipeline_k, Pipeline& pipeline_v,
+  // Producer, one thread: Q, then K and V of blocks n_max - 1 down to 0, of sequence `seq`.
+  __device__ static void load(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int m_block,
+                              int bidb, int bidh, const Blocks& blocks, Pipeline& pipeline_k, Pipeline& pipeline_v,
                               PipelineState& write, SharedStorage& storage) {
     const int bidh_k = bidh / (p.h / p.h_k);
-    Tensor mQ = params.tma_q.get_tma_tensor(make_shape(p.seqlen_q, Int<kHeadDim>{}, p.h, p.b));
-    Tensor mK = params.tma_k.get_tma_tensor(make_shape(p.seqlen_k, Int<kHeadDim>{}, p.h_k, p.b));
-    Tensor mV = params.tma_v.get_tma_tensor(make_shape(p.seqlen_k, Int<kHeadDim>{}, p.h_k, p.b));
-    Tensor gQ = local_tile(mQ(_, _, bidh, bidb), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));
-    Tensor gK = local_tile(mK(_, _, bidh_k, bidb), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (BN, D, n)
-    Tensor gV = local_tile(mV(_, _, bidh_k, bidb), Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    const TmaExtents x(p);
+    const int batch = p.cu_seqlens_q ? 0 : bidb;
+    Tensor mQ = params.tma_q.get_tma_tensor(make_shape(x.rows_q, Int<kHeadDim>{}, p.h, x.batch));
+    Tensor mK = params.tma_k.get_tma_tensor(make_shape(x.rows_k, Int<kHeadDim>{}, p.h_k, x.batch));
+    Tensor mV = params.tma_v.get_tma_tensor(make_shape(x.rows_k, Int<kHeadDim>{}, p.h_k, x.batch));
+    // This sequence's rows, from its first (varlen; 0 otherwise).
+    Tensor mQs = domain_offset(make_coord(static_cast<int>(seq.q_start), _0{}), mQ(_, _, bidh, batch));
+    Tensor mKs = domain_offset(make_coord(static_cast<int>(seq.k_start), _0{}), mK(_, _, bidh_k, batch));
+    Tensor mVs = domain_offset(make_coord(static_cast<int>(seq.k_start), _0{}), mV(_, _, bidh_k, batch));
+    Tensor gQ = local_tile(mQs, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));
+    Tensor gK = local_tile(mKs, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (BN, D, n)
+    Tensor gV = local_tile(mVs, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
     Tensor sQ = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutKV{});  // (BN, D, stages)
     Tensor sV = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutKV{});
@@ -119,7 +126,8 @@ struct MainloopSm90 {
     Tensor tVgV = cta_v.partition_S(gV);
     Tensor tVsV = cta_v.partition_D(sV);
 
-    // Rows past the sequence's end arrive as zeros (TMA's bounds): no predication here.
+    // Rows past the tensor's end arrive as zeros (TMA's bounds), rows past a packed sequence's end
+    // as the next sequence's: no predication here (TmaExtents says why neither matters).
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&storage.q_full, Traits::kQBytes);
     copy(params.tma_q.with(storage.q_full), tQgQ, tQsQ);
 #pragma unroll 1
@@ -145,6 +153,13 @@ struct MainloopSm90 {
   }
   __device__ static void turn_end(int group) {
     if constexpr (kPingPong) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier + (1 - group));
+  }
+  // Once per CTA, before its first tile: group 0's first turn. (A persistent scheduler keeps the
+  // turns going from tile to tile, so this must not run per tile.)
+  __device__ static void init_turns(int thread) {
+    if constexpr (kPingPong) {
+      if (thread / 128 == 0) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier);
+    }
   }
 
   // Consumers, every thread of the consumer warp groups (thread: its index among them): the
@@ -183,13 +198,12 @@ struct MainloopSm90 {
     typename Traits::PipelineState read_k{}, read_v{};
 
     clear(tOrO);  // the first block's rescale multiplies it by 0
-    if (kPingPong && group == 0) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier);  // group 0's first turn
     cutlass::arch::ClusterTransactionBarrier::wait(&storage.q_full, 0);
 
     // The two GEMMs of a block, issued and left in flight (the caller waits with warpgroup_wait
-    // and then releases the slot it read).
+    // and then releases the slot it read). K is waited for before the group's turn (a late K
+    // then holds up only this group), V within it.
     auto issue_s = [&] {
-      pipeline_k.consumer_wait(read_k);
       sm90::gemm</*kZeroInit=*/true, /*kWait=*/-1>(tiled_mma_s, tSrQ, tSrK(_, _, _, read_k.index()), tSrS);
     };
     auto issue_pv = [&] {
@@ -207,14 +221,18 @@ struct MainloopSm90 {
       }
       return softmax.update_scores(scores, p.scale_softmax_log2, rescale);
     };
+    // tOrP's layout is a regrouping of tSrS's, so the same coordinates of both views name the
+    // same element.
+    Tensor tOrP_as_s = make_tensor(tOrP.data(), tSrS.layout());
     auto round_p = [&] {
 #pragma unroll
-      for (int i = 0; i < size(tSrS); ++i) tOrP(i) = static_cast<Element>(tSrS(i));
+      for (int i = 0; i < size(tSrS); ++i) tOrP_as_s(i) = static_cast<Element>(tSrS(i));
     };
 
     int n_block = blocks.n_max - 1;
     if constexpr (kOverlap) {
       float rescale[Softmax::kRowsPerThread];
+      pipeline_k.consumer_wait(read_k);
       turn_begin(group);
       issue_s();
       turn_end(group);
@@ -226,6 +244,7 @@ struct MainloopSm90 {
       round_p();
       // One block further: S of n_block issued, then the previous block's P V.
       auto step = [&](auto masked) {
+        pipeline_k.consumer_wait(read_k);
         turn_begin(group);
         issue_s();
         if (moved) Softmax::rescale_o(tOrO_rc, rescale);
@@ -235,7 +254,9 @@ struct MainloopSm90 {
         pipeline_k.consumer_release(read_k);
         ++read_k;
         moved = scores_to_p(n_block, masked, rescale);
-        sm90::wait<0>(tOrO, tOrP);  // P V complete: tOrP and V's slot are free
+        // P V complete: tOrP and V's slot are free. After the softmax, which it would otherwise
+        // be scheduled before (sm90::wait_after).
+        sm90::wait_after<0>(softmax.sums_token(), tOrO, tOrP);
         pipeline_v.consumer_release(read_v);
         ++read_v;
         round_p();
@@ -254,6 +275,7 @@ struct MainloopSm90 {
       ++read_v;
     } else {
       auto step = [&](auto masked) {
+        pipeline_k.consumer_wait(read_k);
         turn_begin(group);
         issue_s();
         turn_end(group);

@@ -53,21 +53,29 @@ __device__ void fill_varlen_rows(const FlashFwdParams& p, int head, int lo, int 
 // the CTA goes on to compute its tile. Overlapping sequences cannot be told apart from here: a
 // decreasing cu_seqlens is reported at the pair that decreases, and the output of the sequences
 // around it is then undefined (but every access stays within q, k and out).
-template <typename Element, int kBlockM, int kHeadDim, int kThreads>
-__device__ bool check_varlen_sequence(const FlashFwdParams& p, int bidb, int bidh) {
+// What is wrong with sequence bidb's offsets (code 0: nothing), with the values a report names.
+// Pure arithmetic on the offsets, no call: the SM90 kernel skips a bad sequence with it, while
+// the reporting (a call, which would serialise the kernel's wgmma) runs in a kernel of its own.
+struct VarlenCheck {
+  DeviceErrorCode code;
+  long long value, aux, aux2;
+};
+
+__device__ __forceinline__ VarlenCheck varlen_sequence_check(const FlashFwdParams& p, int bidb) {
   const int q0 = p.cu_seqlens_q[bidb], q1 = p.cu_seqlens_q[bidb + 1];
   const int k0 = p.cu_seqlens_k[bidb], k1 = p.cu_seqlens_k[bidb + 1];
-  DeviceErrorCode code{};
-  long long value = 0, aux = 0, aux2 = 0;
-  if (q0 < 0 || q1 < q0 || q1 > p.total_q) {
-    code = DeviceErrorCode::kQueryOffsets, value = q0, aux = q1, aux2 = p.total_q;
-  } else if (k0 < 0 || k1 < k0 || k1 > p.total_k) {
-    code = DeviceErrorCode::kKeyOffsets, value = k0, aux = k1, aux2 = p.total_k;
-  } else if (q1 - q0 > p.seqlen_q) {
-    code = DeviceErrorCode::kQueryTooLong, value = q1 - q0, aux = p.seqlen_q;
-  } else if (k1 - k0 > p.seqlen_k) {
-    code = DeviceErrorCode::kKeyTooLong, value = k1 - k0, aux = p.seqlen_k;
-  } else {
+  if (q0 < 0 || q1 < q0 || q1 > p.total_q) return {DeviceErrorCode::kQueryOffsets, q0, q1, p.total_q};
+  if (k0 < 0 || k1 < k0 || k1 > p.total_k) return {DeviceErrorCode::kKeyOffsets, k0, k1, p.total_k};
+  if (q1 - q0 > p.seqlen_q) return {DeviceErrorCode::kQueryTooLong, q1 - q0, p.seqlen_q, 0};
+  if (k1 - k0 > p.seqlen_k) return {DeviceErrorCode::kKeyTooLong, k1 - k0, p.seqlen_k, 0};
+  return {DeviceErrorCode{}, 0, 0, 0};
+}
+
+template <typename Element, int kBlockM, int kHeadDim, int kThreads>
+__device__ bool check_varlen_sequence(const FlashFwdParams& p, int bidb, int bidh) {
+  const VarlenCheck check = varlen_sequence_check(p, bidb);
+  const int q0 = p.cu_seqlens_q[bidb], q1 = p.cu_seqlens_q[bidb + 1];
+  if (check.code == DeviceErrorCode{}) {
     if (bidb == 0 && q0 > 0) fill_varlen_rows<Element, kBlockM, kHeadDim, kThreads>(p, bidh, 0, q0, 0.f, -INFINITY);
     if (bidb == p.b - 1 && q1 < p.total_q) {
       fill_varlen_rows<Element, kBlockM, kHeadDim, kThreads>(p, bidh, q1, p.total_q, 0.f, -INFINITY);
@@ -75,12 +83,21 @@ __device__ bool check_varlen_sequence(const FlashFwdParams& p, int bidb, int bid
     return true;
   }
   if (blockIdx.x == 0 && bidh == 0 && threadIdx.x == 0) {
-    report_device_error(p.errors, DeviceErrorOp::kFlashFwdVarlen, code, bidb, value, aux, aux2);
+    report_device_error(p.errors, DeviceErrorOp::kFlashFwdVarlen, check.code, bidb, check.value, check.aux,
+                        check.aux2);
   }
   const int lo = min(max(q0, 0), p.total_q);
   const int hi = min(max(q1, lo), p.total_q);
   fill_varlen_rows<Element, kBlockM, kHeadDim, kThreads>(p, bidh, lo, hi, NAN, NAN);
   return false;
+}
+
+// The varlen checks alone, for a kernel that does not run them itself (the SM90 one, which only
+// skips a bad sequence): grid (1, batch, heads), kThreads threads. Fills the rows no sequence owns
+// and a bad sequence's rows, and reports the bad sequences, as check_varlen_sequence does.
+template <typename Element, int kBlockM, int kHeadDim, int kThreads>
+__global__ void __launch_bounds__(kThreads) varlen_checks_kernel(const __grid_constant__ FlashFwdParams p) {
+  check_varlen_sequence<Element, kBlockM, kHeadDim, kThreads>(p, blockIdx.y, blockIdx.z);
 }
 
 }  // namespace cute_ops::flash

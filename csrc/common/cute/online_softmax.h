@@ -151,6 +151,15 @@ struct OnlineSoftmax {
     }
   }
 
+  // A value computed from every row sum: what a caller that overlaps the softmax with other work
+  // makes its next wait depend on (sm90::wait_after), so that the wait comes after the softmax.
+  __device__ __forceinline__ uint32_t sums_token() const {
+    uint32_t token = 0;
+#pragma unroll
+    for (int mi = 0; mi < kRows; ++mi) token ^= __float_as_uint(row_sum[mi]);
+    return token;
+  }
+
   // Divides O by the row sums and returns each row's log-sum-exp (natural log, of the scaled
   // scores) in lse[]. Each row is one merge state: the running max (raw scores, scaled by lse())
   // and the quad-reduced sum, with no NaN flag (a NaN score is already in the sum).

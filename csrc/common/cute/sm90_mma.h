@@ -44,6 +44,23 @@ __device__ __forceinline__ void wait(Frags&... frags) {
   (warpgroup_fence_operand(frags), ...);
 }
 
+// wait<kPending>(frags...), held back until `dep` is computed. ptxas schedules a
+// wgmma.wait_group as early as nothing stops it, which for a softmax meant to run while a wgmma is
+// in flight put the wait before the exponentials (seen in the SASS). Here the wait sits in both
+// arms of a branch on a warp-uniform vote over `dep` (a value the work to overlap produces), so
+// it always runs, once, and cannot start before `dep` exists. (The same wait under a predicate
+// instead of a branch made ptxas serialise every wgmma of the kernel: a WARPGROUP.DEPBAR after
+// each HGMMA.) The vote keeps the branch uniform: wgmma.wait_group is .aligned.
+template <int kPending, typename... Frags>
+__device__ __forceinline__ void wait_after(uint32_t dep, Frags&... frags) {
+  if (__all_sync(0xffffffffu, dep != 0x7fc00001u)) {
+    warpgroup_wait<kPending>();
+  } else {
+    warpgroup_wait<kPending>();
+  }
+  (warpgroup_fence_operand(frags), ...);
+}
+
 // ((2, 2, N / 8), MMA_M, MMA_N) wgmma accumulator layout -> ((2, MMA_M), (2, N / 8, MMA_N)): rows x
 // columns of this thread's elements. As for mma.sync, a thread holds two rows (8 apart) of each
 // 64-row slice and a row is shared by the 4 threads of a quad (sm80::quad_max / quad_sum apply).
