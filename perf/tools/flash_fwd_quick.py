@@ -33,6 +33,17 @@ def check(arch: str) -> None:
         expected, _ = ref.attention(q.double(), k.double(), v.double(), causal=causal)
         lowp, _ = ref.attention(q, k, v, causal=causal, upcast=False)
         assert_close_to_reference(out, expected, lowp, k=2.0)
+    # Varlen: three packed sequences (one empty), causal, against each sequence alone.
+    lengths = [300, 0, 77]
+    q, k, v = (torch.randn(sum(lengths), h, 128, device="cuda").to(torch.bfloat16) for h in (8, 2, 2))
+    cu = torch.tensor([0, *lengths], device="cuda").cumsum(0).int()
+    out, _ = cute_ops.flash_fwd_varlen(q, k, v, cu, cu, max(lengths), max(lengths), causal=True, arch=arch)
+    for lo, hi in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        if hi > lo:
+            seq = [t[lo:hi][None].double() for t in (q, k, v)]
+            expected, _ = ref.attention(*seq, causal=True)
+            lowp, _ = ref.attention(*(t[lo:hi][None] for t in (q, k, v)), causal=True, upcast=False)
+            assert_close_to_reference(out[lo:hi][None], expected, lowp, k=2.0)
     print(f"{arch}: matches the reference", flush=True)
 
 
