@@ -31,10 +31,13 @@ For each family it writes:
 
 Architectures: an instantiation's arch is the kind of code it runs: "sm80" is mma.sync/cp.async
 code, compiled for both sm_80 and sm_90a, that runs on compute capability 8.x and newer; "sm90"
-(gemm_pair, flash_fwd) is wgmma/TMA code that runs on 9.x only. The dispatch tries a family's architectures in the order of its `impls`, newest
-first, and takes the first whose `runs_on` condition holds for the current device and that has
-the key; so a family with an sm90 path and an sm80 one runs sm90 code on 9.x devices and falls
-back to sm80 for keys the sm90 path lacks (or when a build omits it). Adding an architecture to a
+(gemm_pair, flash_fwd) is wgmma/TMA code that runs on 9.x only. The dispatch tries a family's
+architectures in the order of its `impls`, newest first, and takes the first whose `runs_on`
+condition holds for the current device and that has the key; so a family with an sm90 path and
+an sm80 one runs sm90 code on 9.x devices and falls back to sm80 for keys the sm90 path lacks (or
+when a build omits it). An op may narrow that choice (its `arch` argument, and "auto" rules such
+as flash_fwd's, which keeps sm80 until its sm90 kernel is measured): common/kernel_arch.h's
+visit_kernel_of_arch. Adding an architecture to a
 family is one Impl line (its launch header, its function templates, and its axis values where
 they differ from the family's). Its device code is compiled for every target of the build, so an
 sm90 kernel header must compile to an empty body for the other device passes, as CUTLASS's sm90

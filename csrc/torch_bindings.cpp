@@ -107,7 +107,7 @@ TORCH_LIBRARY(cute_ops, m) {
         "-> (Tensor, Tensor)");
   // Packed variable-length batch: q [total_q, Hq, D], k and v [total_k, Hkv, D]; sequence b spans
   // rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] (int32 [B + 1]); max_seqlen_* bound every length.
-  // Returns out [total_q, Hq, D] and lse [Hq, total_q] float32.
+  // Returns out [total_q, Hq, D] and lse [Hq, total_q] float32. arch: as for flash_fwd.
   m.def("flash_fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
         "int max_seqlen_q, int max_seqlen_k, float? softmax_scale=None, bool causal=False, str arch=\"auto\") "
         "-> (Tensor, Tensor)");

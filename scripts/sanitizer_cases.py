@@ -47,9 +47,9 @@ def flash_fwd_cases():
                                           (1, 130, 70, 2, 1, 128, True), (1, 65, 129, 2, 2, 256, False)):
         cute_ops.flash_fwd(rand(b, sq, hq, d), rand(b, sk, hk, d), rand(b, sk, hk, d), causal=causal)
     if torch.cuda.get_device_capability()[0] == 9:  # the sm90 kernel: tails, causal rows seeing no key, GQA
-        for b, sq, sk, hq, hk, causal in ((1, 1, 1, 1, 1, False), (2, 17, 33, 4, 2, True), (1, 130, 70, 2, 1, True),
-                                          (1, 200, 300, 2, 2, False)):
-            d = 128
+        for b, sq, sk, hq, hk, d, causal in ((1, 1, 1, 1, 1, 64, False), (2, 17, 33, 4, 2, 96, True),
+                                             (1, 130, 70, 2, 1, 128, True), (1, 200, 300, 2, 2, 128, False),
+                                             (1, 65, 129, 2, 2, 256, True)):
             cute_ops.flash_fwd(rand(b, sq, hq, d), rand(b, sk, hk, d), rand(b, sk, hk, d), causal=causal, arch="sm90")
     lengths_q, lengths_k = [5, 0, 17, 1], [9, 3, 0, 40]
     q, k = rand(sum(lengths_q) + 6, 4, 64), rand(sum(lengths_k), 2, 64)

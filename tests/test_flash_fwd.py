@@ -236,7 +236,7 @@ def _batched(q_shape=(2, 5, 4, 64), kv_shape=(2, 7, 2, 64), q=None, k=None, v=No
     (lambda: _batched(v=_meta(2, 7, 2, 68)[..., :64]),
      r"v's strides \(all but the last\) must be multiples of 8 elements", ValueError),
     (lambda: _batched(softmax_scale=float("nan")), "softmax_scale must be a finite float", ValueError),
-    (lambda: _batched(arch="sm70"), r'flash_fwd: arch must be "auto", "sm80" or "sm90", got "sm70"', ValueError),
+    (lambda: _batched(arch="sm70"), r"flash_fwd: arch must be one of \('auto', 'sm80', 'sm90'\), got 'sm70'", ValueError),
     # Types of the options are the schema's: a string is refused by the dispatcher.
     (lambda: _batched(softmax_scale="0.1"), "Expected a value of type 'Optional\\[float\\]' for argument 'softmax_scale'",
      RuntimeError),
@@ -303,7 +303,7 @@ def _varlen(q_shape=(12, 4, 64), kv_shape=(15, 2, 64), batch=3, softmax_scale=No
     (lambda: _varlen(cu_seqlens_q=_meta(8, dtype=torch.int32)[::2]), "cu_seqlens_q must be contiguous", ValueError),
     (lambda: _varlen(max_seqlen_q=0), "max_seqlen_q must be an int >= 1", ValueError),
     (lambda: _varlen(max_seqlen_k=9.0), "Expected a value of type 'int' for argument 'max_seqlen_k'", RuntimeError),
-    (lambda: _varlen(arch="SM90"), r'flash_fwd_varlen: arch must be "auto", "sm80" or "sm90", got "SM90"',
+    (lambda: _varlen(arch="SM90"), r"flash_fwd_varlen: arch must be one of \('auto', 'sm80', 'sm90'\), got 'SM90'",
      ValueError),
 ])
 @pytest.mark.parametrize("dev", CHECK_DEVICES)
@@ -513,6 +513,10 @@ def test_varlen_empty_sequences():
     poison_allocator(q.numel() * q.element_size(), q.shape[0] * q.shape[1] * 4)
     out, lse = cute_ops.flash_fwd_varlen(q, k, v, cu_q, cu_k, 7, 9)
     _assert_varlen_matches_reference(q, k, v, cu_q, cu_k, out, lse)
+    # No keys in the whole batch (an empty k): every query gets out 0 and lse -inf.
+    no_keys = k[:0]
+    out, lse = cute_ops.flash_fwd_varlen(q, no_keys, no_keys, cu_q, torch.zeros_like(cu_k), 7, 1)
+    assert torch.equal(out, torch.zeros_like(out)) and bool((lse == -math.inf).all())
 
 
 @pytest.mark.gpu
@@ -576,14 +580,14 @@ def test_backward_raises_on_the_gpu():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
-def test_opcheck(causal):
+def test_opcheck(causal, kernel_arch):
     q, k, v = _qkv(2, 33, 47, 4, 2, 64, torch.bfloat16)
     torch.library.opcheck(torch.ops.cute_ops.flash_fwd.default, (q, k, v),
-                          {"softmax_scale": 0.2, "causal": causal})
+                          {"softmax_scale": 0.2, "causal": causal, "arch": kernel_arch})
     cu_q, cu_k = _cu_seqlens([33, 33], "cuda"), _cu_seqlens([47, 47], "cuda")
     torch.library.opcheck(torch.ops.cute_ops.flash_fwd_varlen.default,
                           (q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu_q, cu_k, 33, 47),
-                          {"causal": causal})
+                          {"causal": causal, "arch": kernel_arch})
 
 
 @pytest.mark.gpu
@@ -720,11 +724,9 @@ def test_sm90_batch_of_one_with_any_batch_stride(causal, kernel_arch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
-def test_sm90_opcheck_and_compile(causal, kernel_arch):
+def test_sm90_compile(causal, kernel_arch):
     _only_in("sm90", kernel_arch)
     q, k, v = _qkv(2, 33, 47, 4, 2, 128, torch.bfloat16)
-    torch.library.opcheck(torch.ops.cute_ops.flash_fwd.default, (q, k, v),
-                          {"softmax_scale": 0.2, "causal": causal, "arch": "sm90"})
 
     def block(q, k, v):
         out, lse = cute_ops.flash_fwd(q * 0.5, k, v, causal=causal, arch="sm90")

@@ -450,7 +450,7 @@ def test_automatic_kind_at_decode_sizes(m, block_m):
 
     def names(arch, rows):
         return gpu_kernel_names(lambda: torch.ops.cute_ops.gemm_pair(a, b0, b1, "swiglu", "sequential", "tile",
-                                                                       -1, -1, rows, -1, False, arch))
+                                                                      -1, -1, rows, -1, False, arch))
     if SM90_SMALL_ROWS[0] <= m <= SM90_SMALL_ROWS[1]:
         chosen = ("sm90", 64)
     else:

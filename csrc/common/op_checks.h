@@ -94,6 +94,17 @@ void check_dtype_in(const at::Tensor& t, const DType (&allowed)[N], const char* 
   check_dtype_in(t, types, op, name);
 }
 
+// A string option that must be one of `names` (shown quoted in the message when it is not).
+template <size_t N>
+void check_choice(const char* op, const std::string& value, const char* const (&names)[N], const char* what) {
+  std::string list;
+  for (const char* n : names) {
+    if (value == n) return;
+    list += (list.empty() ? "'" : ", '") + std::string(n) + "'";
+  }
+  TORCH_CHECK_VALUE(false, op, ": ", what, " must be one of (", list, "), got '", value, "'");
+}
+
 inline void check_same_dtype(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* name,
                              const char* ref_name) {
   TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), op, ": ", name, " has dtype ", dtype_name(t.scalar_type()),

@@ -27,23 +27,14 @@ void run_flash_fwd(const FlashFwdParams& p, KernelArch arch, cudaStream_t stream
   const char* op = p.cu_seqlens_q ? "flash_fwd_varlen" : "flash_fwd";
   const int major = flash_fwd_dispatch::current_major();
   const KernelArch kind = arch == KernelArch::kAuto ? KernelArch::kSm80 : arch;
-  if (kind == KernelArch::kSm90) {
-    if (major != 9) {
-      throw std::invalid_argument(std::string(op) + ": arch \"sm90\" runs on devices of compute capability 9.x only, "
-                                  "this one is " + std::to_string(major) + ".x");
-    }
-    if (!flash::tma_accepts(p)) {
-      throw std::invalid_argument(std::string(op) + ": arch \"sm90\" loads q, k, v and out by TMA, which takes no "
-                                  "broadcast (stride 0) dimension; use \"auto\" or \"sm80\"");
-    }
+  if (kind == KernelArch::kSm90 && !flash::tma_accepts(p)) {
+    throw std::invalid_argument(std::string(op) + ": arch \"sm90\" loads q, k, v and out by TMA, which takes no "
+                                "broadcast (stride 0) dimension; use \"auto\" or \"sm80\"");
   }
-  bool ran = false;
-  // The dispatch sees the device as 8.x when sm80 is asked for, so it passes the sm90 kernels by.
-  flash_fwd_dispatch::dispatch(kind == KernelArch::kSm80 ? 8 : major, dtype, p.d, p.is_causal, [&](auto kernel) {
-    if (std::string(decltype(kernel)::kArch) != kernel_arch_name(kind)) return;
-    ran = true;
-    decltype(kernel)::run(p, stream);
-  });
+  const bool ran = visit_kernel_of_arch(
+      op, kind, major,
+      [&](int as_major, auto&& visit) { flash_fwd_dispatch::dispatch(as_major, dtype, p.d, p.is_causal, visit); },
+      [&](auto kernel, KernelArch) { decltype(kernel)::run(p, stream); });
   if (ran) return;
   // The op checked the head dim against the supported set (the union over kinds), so this is a
   // head dim that the asked kind lacks, a build that left the instantiation out (CUTE_OPS_OMIT_*),

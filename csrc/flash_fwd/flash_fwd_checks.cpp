@@ -39,15 +39,6 @@ void check_qkv(const char* op, const at::Tensor& q, const at::Tensor& k, const a
                     "heads shares one kv head");
 }
 
-// `arch` names a kernel kind (which ones apply to a call is the CUDA op's question: flash_fwd.cu).
-void check_arch(const char* op, const std::string& arch) {
-  try {
-    parse_kernel_arch(arch, op);
-  } catch (const std::invalid_argument& e) {
-    TORCH_CHECK_VALUE(false, e.what());
-  }
-}
-
 std::tuple<at::Tensor, at::Tensor> flash_fwd_meta(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                   std::optional<double> softmax_scale, bool causal,
                                                   const std::string& arch) {
@@ -71,7 +62,7 @@ std::tuple<at::Tensor, at::Tensor> flash_fwd_varlen_meta(const at::Tensor& q, co
 void check_flash_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      std::optional<double> softmax_scale, const std::string& arch) {
   constexpr const char* kOp = "flash_fwd";
-  check_arch(kOp, arch);
+  check_choice(kOp, arch, kKernelArchNames, "arch");  // which kinds apply: flash_fwd.cu
   check_qkv(kOp, q, k, v, {"batch", "seqlen_q", "heads_q", "head_dim"}, {"batch", "seqlen_k", "heads_kv", "head_dim"});
   TORCH_CHECK_VALUE(k.sym_size(0) == q.sym_size(0), kOp, ": k and v must have q's batch size (", q.sym_size(0),
                     "), got shape ", shape_str(k));
@@ -85,7 +76,7 @@ void check_flash_fwd_varlen(const at::Tensor& q, const at::Tensor& k, const at::
                             int64_t max_seqlen_k, std::optional<double> softmax_scale,
                             const std::string& arch) {
   constexpr const char* kOp = "flash_fwd_varlen";
-  check_arch(kOp, arch);
+  check_choice(kOp, arch, kKernelArchNames, "arch");  // which kinds apply: flash_fwd.cu
   check_qkv(kOp, q, k, v, {"total_q", "heads_q", "head_dim"}, {"total_k", "heads_kv", "head_dim"});
   for (auto [t, name] : {std::pair{&cu_seqlens_q, "cu_seqlens_q"}, {&cu_seqlens_k, "cu_seqlens_k"}}) {
     check_int32_operand(*t, q, kOp, name, 1);

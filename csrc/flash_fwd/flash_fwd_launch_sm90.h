@@ -4,6 +4,8 @@
 // compile one (dtype, head dim, causal) at a time. The TMA descriptors of q, k, v and out are
 // encoded on the host at each call and travel in the kernel's argument, so a captured launch
 // replays with them.
+#include <algorithm>
+
 #include "common/cuda_check.h"
 #include "common/kernel_attributes.h"
 #include "flash_fwd/flash_fwd_kernel_sm90.h"
@@ -43,9 +45,8 @@ template <typename E> struct FlashFwdTileConfigSm90<256, E> {
   static constexpr int kLoadRegs = 24, kMmaRegs = 240;
 };
 
-// The consumers' schedule, build knobs for A/B runs (rebuild the sm90 instantiations with e.g.
-// NVCC_APPEND_FLAGS=-DCUTE_OPS_FLASH_FWD_SM90_OVERLAP=0, their objects removed first, since the
-// flag is not part of the build's command lines): OVERLAP issues the next block's S = Q K^T before
+// The consumers' schedule, build knobs for A/B runs (rebuild with e.g.
+// NVCC_APPEND_FLAGS=-DCUTE_OPS_FLASH_FWD_SM90_OVERLAP=0; perf/tools/flash_fwd_variants.sh): OVERLAP issues the next block's S = Q K^T before
 // this block's softmax (FlashAttention-3's intra-warpgroup pipelining); PINGPONG orders the two
 // consumer groups' GEMMs so that one's softmax runs under the other's GEMMs. Both on: the
 // schedule FlashAttention-3 measured fastest at these tiles; not yet measured here.
@@ -68,8 +69,11 @@ void launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
   smem_opt_in.apply(kernel, kSmem, "flash_fwd shared memory");
   if (p.cu_seqlens_q) {  // the offsets' checks and fills, which the kernel leaves to this one
     using Traits = typename Kernel::Traits;
+    // x: CTAs sharing a (sequence, head)'s fills (rows of padding after the last sequence can be
+    // many, in a graph's fixed buffer); a few, not one a query tile, since most calls fill nothing.
+    const int fill_ctas = std::min((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, 8);
     varlen_checks_kernel<typename Traits::Element, Traits::kBlockM, Traits::kHeadDim, 128>
-        <<<dim3(1, p.b, p.h), 128, 0, stream>>>(p);
+        <<<dim3(fill_ctas, p.b, p.h), 128, 0, stream>>>(p);
     CUTE_OPS_CHECK_LAUNCH("flash_fwd varlen checks launch");
   }
   const typename Kernel::Params params = Kernel::make_params(p);

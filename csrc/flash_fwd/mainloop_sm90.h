@@ -80,8 +80,10 @@ struct MainloopSm90 {
   static Params make_params(const FlashFwdParams& p) {
     const TmaExtents x(p);
     auto q = global_tensor(p.q, x.rows_q, p.h, x.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
-    auto k = global_tensor(p.k, x.rows_k, p.h_k, x.batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
-    auto v = global_tensor(p.v, x.rows_k, p.h_k, x.batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
+    auto k = global_tensor(tma_k_source(p, p.k), x.rows_k, p.h_k, x.batch, p.k_row_stride, p.k_head_stride,
+                           p.k_batch_stride);
+    auto v = global_tensor(tma_k_source(p, p.v), x.rows_k, p.h_k, x.batch, p.v_row_stride, p.v_head_stride,
+                           p.v_batch_stride);
     const auto tile_q = Shape<Int<kBlockM>, Int<kHeadDim>>{};
     const auto tile_kv = Shape<Int<kBlockN>, Int<kHeadDim>>{};
     const auto stage = take<0, 2>(typename Traits::SmemLayoutKV{});

@@ -44,15 +44,6 @@ __device__ void fill_varlen_rows(const FlashFwdParams& p, int head, int lo, int 
   }
 }
 
-// Varlen only, before anything else of sequence bidb is read: its offsets must lie within q's and
-// k's rows in order (0 <= start <= end <= total) and its lengths within max_seqlen_q/k (the grid
-// covers max_seqlen_q rows a sequence). A bad sequence is reported once (by the first CTA of its
-// first head) and its rows, where they are rows of q at all, get NaN; the CTA is then done.
-// Rows that no sequence owns (before cu_seqlens_q[0], after cu_seqlens_q[batch]) get out 0 and
-// lse -inf, as queries that see no key, so that no output row is left unwritten. Returns whether
-// the CTA goes on to compute its tile. Overlapping sequences cannot be told apart from here: a
-// decreasing cu_seqlens is reported at the pair that decreases, and the output of the sequences
-// around it is then undefined (but every access stays within q, k and out).
 // What is wrong with sequence bidb's offsets (code 0: nothing), with the values a report names.
 // Pure arithmetic on the offsets, no call: the SM90 kernel skips a bad sequence with it, while
 // the reporting (a call, which would serialise the kernel's wgmma) runs in a kernel of its own.
@@ -71,6 +62,15 @@ __device__ __forceinline__ VarlenCheck varlen_sequence_check(const FlashFwdParam
   return {DeviceErrorCode{}, 0, 0, 0};
 }
 
+// Varlen only, before anything else of sequence bidb is read: its offsets must lie within q's and
+// k's rows in order (0 <= start <= end <= total) and its lengths within max_seqlen_q/k (the grid
+// covers max_seqlen_q rows a sequence). A bad sequence is reported once (by the first CTA of its
+// first head) and its rows, where they are rows of q at all, get NaN; the CTA is then done.
+// Rows that no sequence owns (before cu_seqlens_q[0], after cu_seqlens_q[batch]) get out 0 and
+// lse -inf, as queries that see no key, so that no output row is left unwritten. Returns whether
+// the CTA goes on to compute its tile. Overlapping sequences cannot be told apart from here: a
+// decreasing cu_seqlens is reported at the pair that decreases, and the output of the sequences
+// around it is then undefined (but every access stays within q, k and out).
 template <typename Element, int kBlockM, int kHeadDim, int kThreads>
 __device__ bool check_varlen_sequence(const FlashFwdParams& p, int bidb, int bidh) {
   const VarlenCheck check = varlen_sequence_check(p, bidb);

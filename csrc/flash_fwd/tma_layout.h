@@ -28,13 +28,20 @@ inline bool tma_stride_ok(int64_t stride, int64_t extent, int elem_bytes) {
 // (SeqInfo's q_start / k_start), so that a tile running past a sequence's end reads the next
 // sequence's rows (or zeros past the last): keys there are masked, their P is 0, and the epilogue
 // stores no row past the sequence.
+// A varlen call of no keys at all has an empty k and v, which the encoder refuses: as no key
+// block is ever loaded then, their descriptors describe one row of q instead (tma_k_source).
 struct TmaExtents {
   int rows_q, rows_k, batch;
   __host__ __device__ explicit TmaExtents(const FlashFwdParams& p)
       : rows_q(p.cu_seqlens_q ? p.total_q : p.seqlen_q),
-        rows_k(p.cu_seqlens_q ? p.total_k : p.seqlen_k),
+        rows_k(p.cu_seqlens_q ? (p.total_k > 0 ? p.total_k : 1) : p.seqlen_k),
         batch(p.cu_seqlens_q ? 1 : p.b) {}
 };
+
+// The tensor k's (or v's) descriptor is encoded over: `kv` itself, or q when there are no keys.
+inline const void* tma_k_source(const FlashFwdParams& p, const void* kv) {
+  return p.cu_seqlens_q && p.total_k == 0 ? p.q : kv;
+}
 
 // Whether the SM90 kernel takes these operands: strides that TMA encodes.
 inline bool tma_accepts(const FlashFwdParams& p) {

@@ -27,25 +27,15 @@ DType dtype_of(bool is_bf16) { return is_bf16 ? DType::kBFloat16 : DType::kFloat
                               " on a device of compute capability " + std::to_string(major) + ".x");
 }
 
-// Calls visit with the instantiation that a call asking for `arch` runs: the dispatch sees the
-// device as compute capability 8.x when sm80 is forced, so it passes the sm90 kernels by; a
-// forced sm90 takes no sm80 kernel in their place.
+// Calls visit(kernel, kind) with the instantiation that a call asking for `arch` runs
+// (common/kernel_arch.h's rule).
 template <typename Visit>
 void visit_kernel(int block_m, bool is_bf16, Arch arch, Visit&& visit) {
   const int major = gemm_pair_dispatch::current_major();
-  if (arch == Arch::kSm90 && major != 9) {
-    throw std::invalid_argument("gemm_pair: arch \"sm90\" runs on devices of compute capability 9.x only, this one is " +
-                                std::to_string(major) + ".x");
-  }
-  bool ok = false;
-  gemm_pair_dispatch::dispatch(arch == Arch::kSm80 ? 8 : major, dtype_of(is_bf16), block_m, [&](auto kernel) {
-    using Kernel = decltype(kernel);
-    const Arch kind = std::string(Kernel::kArch) == "sm90" ? Arch::kSm90 : Arch::kSm80;
-    if (arch != Arch::kAuto && kind != arch) return;
-    ok = true;
-    visit(kernel, kind);
-  });
-  if (!ok) no_kernel(block_m, is_bf16, arch, major);
+  const bool ran = visit_kernel_of_arch(
+      "gemm_pair", arch, major,
+      [&](int as_major, auto&& v) { gemm_pair_dispatch::dispatch(as_major, dtype_of(is_bf16), block_m, v); }, visit);
+  if (!ran) no_kernel(block_m, is_bf16, arch, major);
 }
 
 }  // namespace

@@ -20,17 +20,6 @@ namespace sets = supported::gemm_pair;
 
 constexpr const char* kOp = "gemm_pair";
 
-// One of `names` (shown quoted in the message when it is not).
-template <size_t N>
-void check_choice(const std::string& value, const char* const (&names)[N], const char* what) {
-  std::string list;
-  for (const char* n : names) {
-    if (value == n) return;
-    list += (list.empty() ? "'" : ", '") + std::string(n) + "'";
-  }
-  TORCH_CHECK_VALUE(false, kOp, ": ", what, " must be one of (", list, "), got '", value, "'");
-}
-
 // A weight (b0, b1): a's device and dtype, 2-D, contiguous (nn.Linear layout), 16-byte aligned.
 void check_weight(const at::Tensor& t, const at::Tensor& a, const char* name) {
   check_device(t, a, kOp, name, "a");
@@ -73,9 +62,9 @@ void check_gemm_pair(const at::Tensor& a, const at::Tensor& b0, const at::Tensor
   static constexpr const char* kActivations[] = {"swiglu", "gelu", "none"};
   static constexpr const char* kPolicies[] = {"sequential", "row_interleaved", "overlap"};
   static constexpr const char* kGranularities[] = {"tile", "row"};
-  check_choice(activation, kActivations, "activation");
-  check_choice(policy, kPolicies, "policy");
-  check_choice(granularity, kGranularities, "granularity");
+  check_choice(kOp, activation, kActivations, "activation");
+  check_choice(kOp, policy, kPolicies, "policy");
+  check_choice(kOp, granularity, kGranularities, "granularity");
   TORCH_CHECK_VALUE(policy != "overlap" || granularity == "tile", kOp, ": the 'overlap' policy needs granularity ",
                     "'tile' (a split starts before the rest of its row block is ordered)");
 
@@ -108,8 +97,7 @@ void check_gemm_pair(const at::Tensor& a, const at::Tensor& b0, const at::Tensor
 
   // The kernels' kind. Whether the device runs it, and the build has it for this block_m, is the
   // dispatch's to say (gemm_pair.cu); the sm90 kernels' K tiles are the checks'.
-  static constexpr const char* kArchs[] = {"auto", "sm80", "sm90"};
-  check_choice(arch, kArchs, "arch");
+  check_choice(kOp, arch, kKernelArchNames, "arch");
   TORCH_CHECK_VALUE(arch != "sm90" || split_k0 <= 0 || split_k0 % gemm_pair::kSm90SplitStep == 0, kOp, ": with arch 'sm90', ",
                     "split_k0 must be a multiple of ", gemm_pair::kSm90SplitStep, " (the kernels' K tile), got ", split_k0);
 }
