@@ -47,22 +47,18 @@ def kernel_arch(request, monkeypatch):
     if arch == "sm90" and major != 9:
         pytest.skip(f"the sm90 flash_fwd kernel runs on compute capability 9.x only; this GPU is {major}.{minor}")
     module = sys.modules["cute_ops.flash"]
-    original, original_varlen = module.flash_fwd, module.flash_fwd_varlen
 
-    def forced(q, *args, **kwargs):
-        d = q.shape[-1]
-        if arch == "sm90" and d in module.HEAD_DIMS and d not in module.SM90_HEAD_DIMS:
-            pytest.skip(f"no sm90 flash_fwd kernel for head dim {d} yet (it has {module.SM90_HEAD_DIMS})")
-        return original(q, *args, **{**kwargs, "arch": arch})
-
-    def forced_varlen(q, *args, **kwargs):
-        d = q.shape[-1]
-        if arch == "sm90" and d in module.HEAD_DIMS and d not in module.SM90_HEAD_DIMS:
-            pytest.skip(f"no sm90 flash_fwd kernel for head dim {d} yet (it has {module.SM90_HEAD_DIMS})")
-        return original_varlen(q, *args, **{**kwargs, "arch": arch})
-    for target in (module, cute_ops):
-        monkeypatch.setattr(target, "flash_fwd", forced)
-        monkeypatch.setattr(target, "flash_fwd_varlen", forced_varlen)
+    def forced(original):
+        def call(q, *args, **kwargs):
+            d = q.shape[-1]
+            if arch == "sm90" and d in module.HEAD_DIMS and d not in module.SM90_HEAD_DIMS:
+                pytest.skip(f"no sm90 flash_fwd kernel for head dim {d} yet (it has {module.SM90_HEAD_DIMS})")
+            return original(q, *args, **{**kwargs, "arch": arch})
+        return call
+    for name in ("flash_fwd", "flash_fwd_varlen"):
+        call = forced(getattr(module, name))
+        for target in (module, cute_ops):
+            monkeypatch.setattr(target, name, call)
     return arch
 
 
