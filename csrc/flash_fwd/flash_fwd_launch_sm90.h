@@ -28,26 +28,27 @@ namespace flash {
 //        shapes, off by default: the selector then took 5 instructions of N = 16.)
 template <int kHeadDim, typename Element>
 struct FlashFwdTileConfigSm90;
-template <typename E> struct FlashFwdTileConfigSm90<64, E> {
+// The producer's 128 threads at 24 registers and the two consumer groups' 256 at 240: the
+// 384-thread CTA's whole budget (flash_fwd_kernel_sm90.h asserts it).
+struct TwoConsumerRegisters {
+  static constexpr int kLoadRegs = 24, kMmaRegs = 240;
+};
+template <typename E> struct FlashFwdTileConfigSm90<64, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<64, 128, 128, 2, E>;
-  static constexpr int kLoadRegs = 24, kMmaRegs = 240;
 };
-template <typename E> struct FlashFwdTileConfigSm90<96, E> {
+template <typename E> struct FlashFwdTileConfigSm90<96, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<96, 128, 128, 2, E>;
-  static constexpr int kLoadRegs = 24, kMmaRegs = 240;
 };
-template <typename E> struct FlashFwdTileConfigSm90<128, E> {
+template <typename E> struct FlashFwdTileConfigSm90<128, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<128, 128, 128, 2, E>;
-  static constexpr int kLoadRegs = 24, kMmaRegs = 240;
 };
-template <typename E> struct FlashFwdTileConfigSm90<256, E> {
+template <typename E> struct FlashFwdTileConfigSm90<256, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<256, 128, 64, 2, E>;
-  static constexpr int kLoadRegs = 24, kMmaRegs = 240;
 };
 
 // The consumers' schedule, build knobs for A/B runs (rebuild with e.g.
-// NVCC_APPEND_FLAGS=-DCUTE_OPS_FLASH_FWD_SM90_OVERLAP=0; perf/tools/flash_fwd_variants.sh): OVERLAP issues the next block's S = Q K^T before
-// this block's softmax (FlashAttention-3's intra-warpgroup pipelining); PINGPONG orders the two
+// NVCC_APPEND_FLAGS=-DCUTE_OPS_FLASH_FWD_SM90_OVERLAP=0; perf/tools/flash_fwd_variants.sh):
+// OVERLAP issues the next block's S = Q K^T before this block's softmax (FlashAttention-3's intra-warpgroup pipelining); PINGPONG orders the two
 // consumer groups' GEMMs so that one's softmax runs under the other's GEMMs. Both on: the
 // schedule FlashAttention-3 measured fastest at these tiles; not yet measured here.
 #ifndef CUTE_OPS_FLASH_FWD_SM90_OVERLAP
