@@ -38,8 +38,7 @@ def flash_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: 
             head dim, on compute capability 8.x and newer. ``"sm90"``: the warp-specialised Hopper
             kernel (wgmma, TMA), on 9.x only, for the head dims in ``SM90_HEAD_DIMS`` (all of
             them) and no broadcast (stride-0) dimension; a call it cannot take raises ValueError. ``"auto"``
-            (the default): ``"sm80"`` for every call for now; the sm90 kernel becomes the choice
-            on Hopper once it has been checked and measured on a GPU (issue 16).
+            (the default): ``"sm90"`` wherever it can take the call, else ``"sm80"``.
 
     Each tensor's last dim must be contiguous and its other strides multiples of 8 elements, with
     the data 16-byte aligned; views such as slices of a fused QKV projection work as they are.

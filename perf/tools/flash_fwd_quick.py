@@ -1,7 +1,7 @@
 """Quick check and timing of flash_fwd's kernel kinds at a few shapes of the benchmark grid: each
 forced kind's output against a float64 reference on small odd shapes first (a wrong kernel is
-not timed), then TFLOP/s of the sm80 kernel, the sm90 kernel and SDPA's cuDNN and FLASH backends,
-with the harness's timing. For comparing sm90 builds (perf/tools/flash_fwd_variants.sh) while
+not timed), then TFLOP/s of the automatic choice (sm90 on Hopper), the sm80 kernel and SDPA's
+cuDNN and FLASH backends, with the harness's timing. For comparing sm90 builds (perf/tools/flash_fwd_variants.sh) while
 iterating. Usage: python perf/tools/flash_fwd_quick.py [D:S[:causal] ...], e.g. 128:16384 128:4096:causal"""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from conftest import assert_close_to_reference  # noqa: E402
 from cute_ops import reference as ref  # noqa: E402
 from harness import time_case  # noqa: E402
 
-KEEP = ("ours", "ours_sm90", "sdpa_cudnn", "sdpa_flash")
+KEEP = ("ours", "ours_sm80", "sdpa_cudnn", "sdpa_flash")
 DEFAULT = ["64:2048", "128:2048", "128:16384", "128:16384:causal", "256:2048"]
 
 
@@ -60,7 +60,7 @@ def main(args: list[str]) -> None:
         times, _ = time_case(case)
         row = "  ".join(f"{k} {case.flops / us / 1e6:6.1f}" for k, us in times.items())
         print(f"{torch.cuda.get_device_name()} D={d} S={s} {'causal' if causal else 'full'}  TFLOP/s: {row}  "
-              f"sm90/cudnn {times.get('sdpa_cudnn', float('nan')) / times['ours_sm90']:.3f}x", flush=True)
+              f"ours/cudnn {times.get('sdpa_cudnn', float('nan')) / times['ours']:.3f}x", flush=True)
 
 
 if __name__ == "__main__":
