@@ -1,13 +1,18 @@
 #pragma once
-// The SM90 forward epilogue: O / l rounded to 16 bits, staged through Q's shared-memory buffer
-// and written by one TMA store, which drops the rows past the sequence's end by itself (the
-// tensor's bounds); the log-sum-exp in float32 from registers. Varlen: the rows past a packed
-// sequence's end are the next sequence's, which a TMA store of the whole tile would overwrite, so
-// there the consumers copy the staged tile out with 16-byte stores of the sequence's rows only.
+// The SM90 forward epilogue: O / l rounded to 16 bits, staged through shared memory (O's own
+// buffer, or Q's: Traits::kSeparateO) and written by one TMA store, which drops the rows past the
+// sequence's end by itself (the tensor's bounds); the log-sum-exp in float32 from registers.
+// Varlen: the rows past a packed sequence's end are the next sequence's, which a TMA store of the
+// whole tile would overwrite, so there the consumers copy the staged tile out with 16-byte stores
+// of the sequence's rows only.
 //
-// Q's buffer is free once every consumer warp group's last S = Q K^T wgmma has completed, which
-// each group has waited for before its softmax; the named barrier below also orders the groups'
-// staging stores before the store's read.
+// The staging buffer's turns, with several tiles a CTA:
+//   - O's own buffer: the store is left in flight; the next tile's epilogue waits for it to have
+//     read the buffer (and for every thread's varlen copy-out) before staging again, and finish()
+//     before the CTA exits.
+//   - Q's buffer: rows of Q that only the same warp group's S = Q K^T read, all completed before
+//     its softmax; the store is waited for at once, and then the consumers arrive on q_empty,
+//     which lets the producer load the next tile's Q over it.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
@@ -66,7 +71,11 @@ struct EpilogueSm90 {
     }
 
     Tensor rO = sm80::convert_to<Element>(tOrO);
-    Tensor sO = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutO{});
+    Tensor sO = make_tensor(make_smem_ptr(Traits::o_buffer(storage)), typename Traits::SmemLayoutO{});
+    if constexpr (Traits::kSeparateO) {
+      if (thread == 0) tma_store_wait<0>();  // the previous tile's store has read the buffer
+      cutlass::arch::NamedBarrier::sync(kMmaThreads, /*barrier_id=*/0);
+    }
     auto smem_copy_o = make_tiled_copy_C(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{}, tiled_mma_o);
     auto smem_thr_copy_o = smem_copy_o.get_thread_slice(thread);
     copy(smem_copy_o, smem_thr_copy_o.retile_S(rO), smem_thr_copy_o.partition_D(sO));
@@ -83,6 +92,7 @@ struct EpilogueSm90 {
               *reinterpret_cast<const uint4*>(&sO(r, c));
         }
       }
+      if constexpr (!Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty);
       return;
     }
     cutlass::arch::fence_view_async_shared();  // the staging stores, before the TMA store reads them
@@ -94,7 +104,15 @@ struct EpilogueSm90 {
       auto cta_o = params.tma_o.get_slice(_0{});
       copy(params.tma_o, cta_o.partition_S(sO), cta_o.partition_D(gO));
       tma_store_arrive();
-      tma_store_wait<0>();  // the buffer must outlive the store's read of it
+      if constexpr (!Traits::kSeparateO) tma_store_wait<0>();  // Q's buffer is the next tile's
+    }
+    if constexpr (!Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty);
+  }
+
+  // After a CTA's last tile: shared memory must outlive the last store's read of it.
+  __device__ static void finish(int thread) {
+    if constexpr (Traits::kSeparateO) {
+      if (thread == 0) tma_store_wait<0>();
     }
   }
 

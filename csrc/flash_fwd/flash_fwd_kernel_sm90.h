@@ -1,12 +1,15 @@
 #pragma once
-// FlashAttention forward on SM90: a warp-specialised CTA per (kBlockM queries, batch, head), built
-// from a mainloop (mainloop_sm90.h), an epilogue (epilogue_sm90.h) and a tile scheduler
-// (tile_scheduler_sm90.h), each its own type as in CUTLASS 3.
+// FlashAttention forward on SM90: a warp-specialised CTA over tiles of (kBlockM queries, batch,
+// head), one or many (the scheduler's choice), built from a mainloop (mainloop_sm90.h), an
+// epilogue (epilogue_sm90.h) and a tile scheduler (tile_scheduler_sm90.h), each its own type as
+// in CUTLASS 3.
 //   - warp group 0, the producer: gives most of its registers to the consumers (setmaxnreg);
 //     one thread issues the TMA loads of Q, K and V.
 //   - warp groups 1.., the consumers, 64 query rows each: wgmma, online softmax, epilogue.
 // Padded and varlen layouts alike: TMA addresses a varlen sequence from its first packed row
 // (tma_layout.h), and the epilogue stores only its rows.
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -24,8 +27,10 @@ namespace cute_ops::flash {
 using namespace cute;
 
 // kLoadRegs / kMmaRegs: registers a thread of the producer / consumer warp groups keeps after
-// the reallocation; kOverlap / kPingPong: the consumers' schedule (MainloopSm90::mma).
-template <typename Traits_, bool kIsCausal_, int kLoadRegs_, int kMmaRegs_, bool kOverlap, bool kPingPong>
+// the reallocation; kOverlap / kPingPong: the consumers' schedule (MainloopSm90::mma);
+// kPersistent: the tile scheduler (tile_scheduler_sm90.h).
+template <typename Traits_, bool kIsCausal_, int kLoadRegs_, int kMmaRegs_, bool kOverlap, bool kPingPong,
+          bool kPersistent>
 struct FlashFwdKernelSm90 {
   using Traits = Traits_;
   static constexpr bool kIsCausal = kIsCausal_;
@@ -38,7 +43,8 @@ struct FlashFwdKernelSm90 {
   static_assert(kLoadThreads * kLoadRegs + kMmaThreads * kMmaRegs <= kNThreads * ((65536 / kNThreads) & ~7));
   using Mainloop = MainloopSm90<Traits, kIsCausal, kOverlap, kPingPong>;
   using Epilogue = EpilogueSm90<Traits>;
-  using Scheduler = StaticTileScheduler<Traits::kBlockM, kIsCausal>;
+  using Scheduler =
+      std::conditional_t<kPersistent, PersistentTileScheduler<kIsCausal>, StaticTileScheduler<kIsCausal>>;
   using SharedStorage = typename Traits::SharedStorage;
   static constexpr int kSmemBytes = Traits::kSmemBytes;
 
@@ -46,23 +52,17 @@ struct FlashFwdKernelSm90 {
     FlashFwdParams p;
     typename Mainloop::Params mainloop;
     typename Epilogue::Params epilogue;
+    TileSchedulerParams scheduler;
   };
 
   static Params make_params(const FlashFwdParams& p) {
-    return {p, Mainloop::make_params(p), Epilogue::make_params(p)};
+    return {p, Mainloop::make_params(p), Epilogue::make_params(p),
+            tile_scheduler_params<Traits::kBlockM>(p, Traits::kHeadDim, sizeof(typename Traits::Element))};
   }
 
   __device__ __forceinline__ void operator()(const Params& params, char* smem) const {
     SharedStorage& storage = *reinterpret_cast<SharedStorage*>(smem);
     const FlashFwdParams& p = params.p;
-    const ForwardTile t = Scheduler::tile();
-    // Varlen: this sequence's offsets are checked before anything of it is read (seq_info.h); a
-    // bad one is skipped here and reported, its rows filled, by varlen_checks_kernel, launched
-    // before this kernel. A CTA with nothing to do leaves before the barriers are set up, all its
-    // threads alike.
-    if (p.cu_seqlens_q != nullptr && varlen_sequence_check(p, t.bidb).code != DeviceErrorCode{}) return;
-    const SeqInfo seq(p, t.bidb);
-    if (t.m_block * Traits::kBlockM >= seq.seqlen_q) return;  // varlen: a sequence shorter than the grid
     const bool is_producer = threadIdx.x < kLoadThreads;
 
     typename Traits::Pipeline::Params pipeline_params;
@@ -75,34 +75,69 @@ struct FlashFwdKernelSm90 {
     typename Traits::Pipeline pipeline_v(storage.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
     if (threadIdx.x == 0) {
       cutlass::arch::ClusterTransactionBarrier::init(&storage.q_full, 1);
+      cutlass::arch::ClusterBarrier::init(&storage.q_empty, kMmaThreads);
       cutlass::arch::fence_barrier_init();
     }
     __syncthreads();  // every thread sees the initialised barriers
 
-    const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
+    // Producer and consumers walk the same tiles and skip the same ones, each side counting the
+    // Q tiles it has loaded / computed (the barriers' phases).
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegs>();
-      if (threadIdx.x == 0 && blocks.n_max > 0) {
-        Mainloop::prefetch_descriptors(params.mainloop);
-        auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+      if (threadIdx.x != 0) return;
+      Mainloop::prefetch_descriptors(params.mainloop);
+      auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+      int q_loads = 0;
+      for (int idx = Scheduler::first(params.scheduler); idx < params.scheduler.tiles;
+           idx = Scheduler::next(params.scheduler, idx)) {
+        const ForwardTile t = Scheduler::tile(params.scheduler, idx);
+        if (!has_queries(p, t)) continue;
+        const SeqInfo seq(p, t.bidb);
+        const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
+        if (blocks.n_max <= 0) continue;
         Mainloop::load(params.mainloop, p, seq, t.m_block, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v, write,
-                       storage);
+                       q_loads, storage);
+        ++q_loads;
       }
       return;
     }
     cutlass::arch::warpgroup_reg_alloc<kMmaRegs>();
     const int thread = threadIdx.x - kLoadThreads;
-    if (blocks.n_max <= 0) {  // no query of this tile sees a key
-      Epilogue::store_empty(p, seq, t.m_block, t.bidb, t.bidh, thread);
-      return;
-    }
-    typename Traits::TiledMmaO tiled_mma_o;
-    Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
-    OnlineSoftmax<2 * decltype(size<1>(tOrO))::value> softmax;
     Mainloop::init_turns(thread);
-    Mainloop::mma(p, t.m_block, seq.seqlen_q, seq.seqlen_k, blocks, pipeline_k, pipeline_v, tOrO, softmax, thread,
-                  storage);
-    Epilogue::store(params.epilogue, p, seq, t.m_block, t.bidb, t.bidh, tOrO, softmax, thread, storage);
+    typename Traits::PipelineState read_k{}, read_v{};
+    int q_reads = 0;
+    for (int idx = Scheduler::first(params.scheduler); idx < params.scheduler.tiles;
+         idx = Scheduler::next(params.scheduler, idx)) {
+      const ForwardTile t = Scheduler::tile(params.scheduler, idx);
+      if (!has_queries(p, t)) continue;
+      const SeqInfo seq(p, t.bidb);
+      const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
+      if (blocks.n_max <= 0) {  // no query of this tile sees a key
+        Epilogue::store_empty(p, seq, t.m_block, t.bidb, t.bidh, thread);
+        continue;
+      }
+      typename Traits::TiledMmaO tiled_mma_o;
+      Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
+      OnlineSoftmax<2 * decltype(size<1>(tOrO))::value> softmax;
+      Mainloop::mma(p, t.m_block, seq.seqlen_q, seq.seqlen_k, blocks, pipeline_k, pipeline_v, read_k, read_v,
+                    q_reads & 1, tOrO, softmax, thread, storage);
+      // Every wgmma reading Q has completed; with O staged elsewhere, the next Q may come now
+      // (otherwise the epilogue arrives once the store has read O out of Q's buffer).
+      if constexpr (Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty);
+      Epilogue::store(params.epilogue, p, seq, t.m_block, t.bidb, t.bidh, tOrO, softmax, thread, storage);
+      ++q_reads;
+    }
+    Epilogue::finish(thread);
+  }
+
+ private:
+  // Whether tile t has queries to compute. Varlen: the sequence's offsets are checked before
+  // anything of it is read (seq_info.h); a bad one is skipped here and reported, its rows filled,
+  // by varlen_checks_kernel, launched before this kernel; and a sequence shorter than the
+  // longest has fewer query tiles than the scheduler numbers.
+  __device__ static bool has_queries(const FlashFwdParams& p, const ForwardTile& t) {
+    if (p.cu_seqlens_q != nullptr && varlen_sequence_check(p, t.bidb).code != DeviceErrorCode{}) return false;
+    return t.m_block * Traits::kBlockM < SeqInfo(p, t.bidb).seqlen_q;
   }
 };
 

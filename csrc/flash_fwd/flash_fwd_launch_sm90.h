@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "common/cuda_check.h"
+#include "common/device_info.h"
 #include "common/kernel_attributes.h"
 #include "flash_fwd/flash_fwd_kernel_sm90.h"
 #include "flash_fwd/kernel_traits_sm90.h"
@@ -46,21 +47,26 @@ template <typename E> struct FlashFwdTileConfigSm90<256, E> : TwoConsumerRegiste
   using Traits = FlashFwdTraitsSm90<256, 128, 64, 2, E>;
 };
 
-// The consumers' schedule, build knobs for A/B runs (rebuild with e.g.
+// The schedule, build knobs for A/B runs (rebuild with e.g.
 // NVCC_APPEND_FLAGS=-DCUTE_OPS_FLASH_FWD_SM90_OVERLAP=0; perf/tools/flash_fwd_variants.sh):
-// OVERLAP issues the next block's S = Q K^T before this block's softmax (FlashAttention-3's intra-warpgroup pipelining); PINGPONG orders the two
-// consumer groups' GEMMs so that one's softmax runs under the other's GEMMs. Both on: the
-// schedule FlashAttention-3 measured fastest at these tiles; not yet measured here.
+// OVERLAP issues the next block's S = Q K^T before this block's softmax (FlashAttention-3's
+// intra-warpgroup pipelining); PINGPONG orders the two consumer groups' GEMMs so that one's
+// softmax runs under the other's GEMMs; PERSISTENT runs a CTA per SM over many tiles
+// (tile_scheduler_sm90.h) instead of a CTA per tile.
 #ifndef CUTE_OPS_FLASH_FWD_SM90_OVERLAP
 #define CUTE_OPS_FLASH_FWD_SM90_OVERLAP 1
 #endif
 #ifndef CUTE_OPS_FLASH_FWD_SM90_PINGPONG
 #define CUTE_OPS_FLASH_FWD_SM90_PINGPONG 1
 #endif
+#ifndef CUTE_OPS_FLASH_FWD_SM90_PERSISTENT
+#define CUTE_OPS_FLASH_FWD_SM90_PERSISTENT 1
+#endif
 
 template <typename Config, bool kIsCausal>
 using KernelSm90For = FlashFwdKernelSm90<typename Config::Traits, kIsCausal, Config::kLoadRegs, Config::kMmaRegs,
-                                         CUTE_OPS_FLASH_FWD_SM90_OVERLAP != 0, CUTE_OPS_FLASH_FWD_SM90_PINGPONG != 0>;
+                                         CUTE_OPS_FLASH_FWD_SM90_OVERLAP != 0, CUTE_OPS_FLASH_FWD_SM90_PINGPONG != 0,
+                                         CUTE_OPS_FLASH_FWD_SM90_PERSISTENT != 0>;
 
 template <typename Kernel>
 void launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
@@ -78,7 +84,10 @@ void launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
     CUTE_OPS_CHECK_LAUNCH("flash_fwd varlen checks launch");
   }
   const typename Kernel::Params params = Kernel::make_params(p);
-  kernel<<<Kernel::Scheduler::grid(p), Kernel::kNThreads, kSmem, stream>>>(params);
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "flash_fwd: current device");
+  const dim3 grid = Kernel::Scheduler::grid(params.scheduler, device_info(device).sms);
+  kernel<<<grid, Kernel::kNThreads, kSmem, stream>>>(params);
   CUTE_OPS_CHECK_LAUNCH("flash_fwd launch");
 }
 

@@ -5,6 +5,8 @@
 //
 // Warp groups: one producer (TMA loads) and kBlockM / 64 consumers, each owning 64 query rows of
 // the tile: S = Q K^T with both operands in shared memory, O += P V with P from registers.
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 #include <cutlass/numeric_types.h>
@@ -48,7 +50,7 @@ struct FlashFwdTraitsSm90 {
   // view of a K-major swizzle atom is an MN-major one, which wgmma reads as such.
   using SmemLayoutVt = decltype(composition(
       SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
-  using SmemLayoutO = SmemLayoutQ;  // O is staged in Q's buffer for the TMA store
+  using SmemLayoutO = SmemLayoutQ;  // O is staged here for the TMA store
 
   // Global tensors as TMA sees them: (rows, head dim, heads, batch), the head dim contiguous.
   using StrideQKVO = Stride<int64_t, _1, int64_t, int64_t>;
@@ -68,14 +70,28 @@ struct FlashFwdTraitsSm90 {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;  // one for K, one for V
   using PipelineState = typename Pipeline::PipelineState;
 
-  struct SharedStorage {
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;  // Q, then O
+  // O gets a buffer of its own where one fits beside Q, K and V (1 KB kept for the barriers), so
+  // that the next tile's Q loads while this tile's O is stored; otherwise (head dim 256) it is
+  // staged in Q's buffer, and the next Q waits for the store to have read it.
+  static constexpr bool kSeparateO =
+      (2 * cosize_v<SmemLayoutQ> + 2 * cosize_v<SmemLayoutKV>) * sizeof(Element) <= (227 - 1) * 1024;
+  struct BufferO {
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutO>> o;
+  };
+  struct NoBufferO {};
+  struct SharedStorage : std::conditional_t<kSeparateO, BufferO, NoBufferO> {
+    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> v;
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
-    alignas(8) uint64_t q_full;  // the Q tile's transaction barrier
+    alignas(8) uint64_t q_full;   // a tile's Q has landed (transaction barrier, one phase a tile)
+    alignas(8) uint64_t q_empty;  // the consumers are done with Q's buffer (every consumer thread arrives)
   };
+  __device__ static Element* o_buffer(SharedStorage& storage) {
+    if constexpr (kSeparateO) return storage.o.data();
+    else return storage.q.data();
+  }
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "the tile config's shared memory exceeds an SM's");
 };

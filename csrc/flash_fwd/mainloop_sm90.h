@@ -98,10 +98,12 @@ struct MainloopSm90 {
     prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
   }
 
-  // Producer, one thread: Q, then K and V of blocks n_max - 1 down to 0, of sequence `seq`.
+  // Producer, one thread, per tile: Q (once the consumers are done with the previous tile's,
+  // q_loads tiles ago), then K and V of blocks n_max - 1 down to 0, of sequence `seq`, into the
+  // rings where `write` left them after the previous tile.
   __device__ static void load(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int m_block,
                               int bidb, int bidh, const Blocks& blocks, Pipeline& pipeline_k, Pipeline& pipeline_v,
-                              PipelineState& write, SharedStorage& storage) {
+                              PipelineState& write, int q_loads, SharedStorage& storage) {
     const int bidh_k = bidh / (p.h / p.h_k);
     const TmaExtents x(p);
     const int batch = p.cu_seqlens_q ? 0 : bidb;
@@ -130,6 +132,7 @@ struct MainloopSm90 {
 
     // Rows past the tensor's end arrive as zeros (TMA's bounds), rows past a packed sequence's end
     // as the next sequence's: no predication here (TmaExtents says why neither matters).
+    if (q_loads > 0) cutlass::arch::ClusterBarrier::wait(&storage.q_empty, (q_loads - 1) & 1);
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&storage.q_full, Traits::kQBytes);
     copy(params.tma_q.with(storage.q_full), tQgQ, tQsQ);
 #pragma unroll 1
@@ -147,8 +150,9 @@ struct MainloopSm90 {
   // Ping-pong between the two consumer warp groups (kPingPong): each issues its GEMMs only after
   // the other has issued its own, so that one group's softmax runs while the other's GEMMs hold
   // the tensor cores. Named barrier 1 + g is group g's turn: 128 threads of g wait on it, the
-  // other group's 128 arrive. Group 0 starts with a turn of its own; the last arrival of group 1
-  // is left unmatched when the CTA ends (one tile a CTA).
+  // other group's 128 arrive. Group 0 starts with a turn of its own, and the turns carry on from
+  // tile to tile (both groups take as many in a tile); the last arrival of group 1 is left
+  // unmatched when the CTA ends.
   static constexpr int kTurnBarrier = 1;  // ids 1, 2 (0 is the epilogue's); CUTLASS offsets user ids
   __device__ static void turn_begin(int group) {
     if constexpr (kPingPong) cutlass::arch::NamedBarrier::sync(256, kTurnBarrier + group);
@@ -156,16 +160,16 @@ struct MainloopSm90 {
   __device__ static void turn_end(int group) {
     if constexpr (kPingPong) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier + (1 - group));
   }
-  // Once per CTA, before its first tile: group 0's first turn. (A persistent scheduler keeps the
-  // turns going from tile to tile, so this must not run per tile.)
+  // Once per CTA, before its first tile: group 0's first turn.
   __device__ static void init_turns(int thread) {
     if constexpr (kPingPong) {
       if (thread / 128 == 0) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier);
     }
   }
 
-  // Consumers, every thread of the consumer warp groups (thread: its index among them): the
-  // unnormalised O of its rows in tOrO, the softmax state in `softmax`.
+  // Consumers, every thread of the consumer warp groups (thread: its index among them), per tile:
+  // the unnormalised O of its rows in tOrO, the softmax state in `softmax`. read_k / read_v carry
+  // the rings' positions from tile to tile; q_phase is the parity of the tiles computed before.
   //
   // kOverlap (FlashAttention-3's intra-warpgroup pipelining): S of block j-1 (blocks run last to
   // first) is issued before O += P_j V_j, and its softmax runs while that product is in flight:
@@ -178,7 +182,8 @@ struct MainloopSm90 {
   // between them.
   template <typename FragO, typename Softmax>
   __device__ static void mma(const FlashFwdParams& p, int m_block, int seqlen_q, int seqlen_k, const Blocks& blocks,
-                             Pipeline& pipeline_k, Pipeline& pipeline_v, FragO& tOrO, Softmax& softmax, int thread,
+                             Pipeline& pipeline_k, Pipeline& pipeline_v, PipelineState& read_k,
+                             PipelineState& read_v, int q_phase, FragO& tOrO, Softmax& softmax, int thread,
                              SharedStorage& storage) {
     typename Traits::TiledMmaS tiled_mma_s;
     typename Traits::TiledMmaO tiled_mma_o;
@@ -197,10 +202,9 @@ struct MainloopSm90 {
     // P in 16 bits, as the A operand of O += P V.
     Tensor tOrP = make_tensor<Element>(sm90::acc_as_a_operand(tSrS.layout()));
     const int group = thread / 128;
-    typename Traits::PipelineState read_k{}, read_v{};
 
     clear(tOrO);  // the first block's rescale multiplies it by 0
-    cutlass::arch::ClusterTransactionBarrier::wait(&storage.q_full, 0);
+    cutlass::arch::ClusterTransactionBarrier::wait(&storage.q_full, q_phase);
 
     // The two GEMMs of a block, issued and left in flight (the caller waits with warpgroup_wait
     // and then releases the slot it read). K is waited for before the group's turn (a late K

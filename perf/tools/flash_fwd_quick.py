@@ -1,8 +1,10 @@
 """Quick check and timing of flash_fwd's kernel kinds at a few shapes of the benchmark grid: each
 forced kind's output against a float64 reference on small odd shapes first (a wrong kernel is
 not timed), then TFLOP/s of the automatic choice (sm90 on Hopper), the sm80 kernel and SDPA's
-cuDNN and FLASH backends, with the harness's timing. For comparing sm90 builds (perf/tools/flash_fwd_variants.sh) while
-iterating. Usage: python perf/tools/flash_fwd_quick.py [D:S[:causal] ...], e.g. 128:16384 128:4096:causal"""
+cuDNN and FLASH backends, with the harness's timing. For comparing sm90 builds
+(perf/tools/flash_fwd_variants.sh) while iterating. Usage:
+    python perf/tools/flash_fwd_quick.py [D:S[:causal][:llama] ...]   e.g. 128:16384 128:4096:causal:llama
+(llama: LLaMA-3-8B's heads, 32 sharing 8, one sequence)."""
 from __future__ import annotations
 
 import pathlib
@@ -52,14 +54,17 @@ def main(args: list[str]) -> None:
     check("sm90")
     for spec in args or DEFAULT:
         d, s, *rest = spec.split(":")
-        d, s, causal = int(d), int(s), rest == ["causal"]
-        heads = cases_flash.HIDDEN // d
-        case = cases_flash._flash_case(cases_flash.TOKENS // s, s, heads, heads, d, causal, torch.bfloat16)
+        d, s, causal = int(d), int(s), "causal" in rest
+        if "llama" in rest:  # LLaMA-3-8B prefill: one sequence, 32 query heads sharing 8 kv heads
+            case = cases_flash._flash_case(1, s, 32, 8, d, causal, torch.bfloat16)
+        else:
+            heads = cases_flash.HIDDEN // d
+            case = cases_flash._flash_case(cases_flash.TOKENS // s, s, heads, heads, d, causal, torch.bfloat16)
         setup = case.setup
         case.setup = lambda setup=setup: {k: v for k, v in setup().items() if k in KEEP}
         times, _ = time_case(case)
         row = "  ".join(f"{k} {case.flops / us / 1e6:6.1f}" for k, us in times.items())
-        print(f"{torch.cuda.get_device_name()} D={d} S={s} {'causal' if causal else 'full'}  TFLOP/s: {row}  "
+        print(f"{torch.cuda.get_device_name()} {spec:>18}  TFLOP/s: {row}  "
               f"ours/cudnn {times.get('sdpa_cudnn', float('nan')) / times['ours']:.3f}x", flush=True)
 
 
