@@ -6,9 +6,10 @@
 // whole tile would overwrite, so there the consumers copy the staged tile out with 16-byte stores
 // of the sequence's rows only.
 //
-// The staging buffer's turns, with several tiles a CTA:
-//   - O's own buffer: the store is left in flight; the next tile's epilogue waits for it to have
-//     read the buffer (and for every thread's varlen copy-out) before staging again, and finish()
+// Each consumer warp group stages and stores its own 64 rows, with its own named barrier. The
+// staging buffer's turns, with several tiles a CTA:
+//   - O's own buffer: the store is left in flight; the group's next epilogue waits for it to have
+//     read the rows (and for the group's varlen copy-out) before staging again, and finish()
 //     before the CTA exits.
 //   - Q's buffer: rows of Q that only the same warp group's S = Q K^T read, all completed before
 //     its softmax; the store is waited for at once, and then the consumers arrive on q_empty,
@@ -32,6 +33,7 @@ struct EpilogueSm90 {
   static constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim, kMmaThreads = Traits::kMmaThreads;
   using SharedStorage = typename Traits::SharedStorage;
   using Tile = Shape<Int<kBlockM>, Int<kHeadDim>>;
+  using TileGroup = Shape<_64, Int<kHeadDim>>;  // one consumer warp group's rows
 
   struct Params {
     typename Traits::TmaO tma_o;
@@ -43,7 +45,7 @@ struct EpilogueSm90 {
     auto o = make_tensor(make_gmem_ptr(static_cast<Element*>(p.o)), make_shape(x.rows_q, Int<kHeadDim>{}, p.h, x.batch),
                          make_stride(tma_stride(p.o_row_stride, x.rows_q, e), _1{},
                                      tma_stride(p.o_head_stride, p.h, e), tma_stride(p.o_batch_stride, x.batch, e)));
-    return {make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutO{}, Tile{}, _1{})};
+    return {make_tma_copy(SM90_TMA_STORE{}, o, typename Traits::SmemLayoutOGroup{}, TileGroup{}, _1{})};
   }
 
   // The consumers' threads (thread: index among them) after the mainloop: tOrO normalised in place.
@@ -72,47 +74,53 @@ struct EpilogueSm90 {
 
     Tensor rO = sm80::convert_to<Element>(tOrO);
     Tensor sO = make_tensor(make_smem_ptr(Traits::o_buffer(storage)), typename Traits::SmemLayoutO{});
+    // This warp group's 64 rows: it stages, stores and waits for them alone, so that one group's
+    // epilogue runs while the other's last P V is on the tensor cores.
+    const int group = thread / 128, lane = thread % 128;
+    Tensor sOg = make_tensor(make_smem_ptr(Traits::o_buffer(storage) + group * Traits::kOGroupOffset),
+                             typename Traits::SmemLayoutOGroup{});
     if constexpr (Traits::kSeparateO) {
-      if (thread == 0) tma_store_wait<0>();  // the previous tile's store has read the buffer
-      cutlass::arch::NamedBarrier::sync(kMmaThreads, /*barrier_id=*/0);
+      if (lane == 0) tma_store_wait<0>();  // the group's previous store has read its rows
+      group_sync(group);                   // (and its varlen copy-out is done)
     }
     auto smem_copy_o = make_tiled_copy_C(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{}, tiled_mma_o);
     auto smem_thr_copy_o = smem_copy_o.get_thread_slice(thread);
     copy(smem_copy_o, smem_thr_copy_o.retile_S(rO), smem_thr_copy_o.partition_D(sO));
+    const int group_row0 = row0 + group * 64, group_rows = min(64, seq.seqlen_q - group_row0);
     if (p.cu_seqlens_q) {
-      cutlass::arch::NamedBarrier::sync(kMmaThreads, /*barrier_id=*/0);  // the staged tile is complete
+      group_sync(group);  // the group's staged rows are complete
       // 16-byte chunks (a swizzle keeps each one whole), the sequence's rows only.
       constexpr int kChunks = kHeadDim / 8;
       Element* o = static_cast<Element*>(p.o) + seq.q_offset(p.o_batch_stride, p.o_row_stride, bidb) +
                    bidh * p.o_head_stride;
-      for (int i = thread; i < kBlockM * kChunks; i += kMmaThreads) {
+      for (int i = lane; i < 64 * kChunks; i += 128) {
         const int r = i / kChunks, c = i % kChunks * 8;
-        if (r < rows) {
-          *reinterpret_cast<uint4*>(o + static_cast<int64_t>(row0 + r) * p.o_row_stride + c) =
-              *reinterpret_cast<const uint4*>(&sO(r, c));
+        if (r < group_rows) {
+          *reinterpret_cast<uint4*>(o + static_cast<int64_t>(group_row0 + r) * p.o_row_stride + c) =
+              *reinterpret_cast<const uint4*>(&sOg(r, c));
         }
       }
       if constexpr (!Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty);
       return;
     }
     cutlass::arch::fence_view_async_shared();  // the staging stores, before the TMA store reads them
-    cutlass::arch::NamedBarrier::sync(kMmaThreads, /*barrier_id=*/0);
-    if (thread == 0) {
+    group_sync(group);
+    if (lane == 0 && group_rows > 0) {
       const TmaExtents x(p);
       Tensor mO = params.tma_o.get_tma_tensor(make_shape(x.rows_q, Int<kHeadDim>{}, p.h, x.batch));
-      Tensor gO = local_tile(mO(_, _, bidh, bidb), Tile{}, make_coord(m_block, _0{}));
+      Tensor gO = local_tile(mO(_, _, bidh, bidb), TileGroup{}, make_coord(m_block * Traits::kConsumerGroups + group, _0{}));
       auto cta_o = params.tma_o.get_slice(_0{});
-      copy(params.tma_o, cta_o.partition_S(sO), cta_o.partition_D(gO));
+      copy(params.tma_o, cta_o.partition_S(sOg), cta_o.partition_D(gO));
       tma_store_arrive();
       if constexpr (!Traits::kSeparateO) tma_store_wait<0>();  // Q's buffer is the next tile's
     }
     if constexpr (!Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty);
   }
 
-  // After a CTA's last tile: shared memory must outlive the last store's read of it.
+  // After a CTA's last tile: shared memory must outlive the last stores' read of it.
   __device__ static void finish(int thread) {
     if constexpr (Traits::kSeparateO) {
-      if (thread == 0) tma_store_wait<0>();
+      if (thread % 128 == 0) tma_store_wait<0>();
     }
   }
 
@@ -131,6 +139,10 @@ struct EpilogueSm90 {
   }
 
  private:
+  __device__ static void group_sync(int group) {
+    cutlass::arch::NamedBarrier::sync(128, Traits::kEpilogueBarrier + group);
+  }
+
   // The lse of this (sequence, head): [b, h, seqlen_q] rows, or [h, total_q] from the sequence's
   // first row when varlen.
   __device__ static float* lse_rows(const FlashFwdParams& p, const SeqInfo& seq, int bidb, int bidh) {

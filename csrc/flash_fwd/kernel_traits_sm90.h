@@ -27,6 +27,10 @@ struct FlashFwdTraitsSm90 {
   static constexpr int kConsumerGroups = kBlockM / 64;
   static constexpr int kMmaThreads = kConsumerGroups * 128;
   static constexpr int kLoadThreads = 128;
+  // Named barrier ids (CUTLASS offsets them past the ones it reserves): consumer group g's
+  // ping-pong turn is kTurnBarrier + g, its epilogue's kEpilogueBarrier + g.
+  static constexpr int kTurnBarrier = 1;
+  static constexpr int kEpilogueBarrier = kTurnBarrier + kConsumerGroups;
   static constexpr int kNThreads = kLoadThreads + kMmaThreads;
   static_assert(kBlockM % 64 == 0 && kHeadDim % 16 == 0 && kBlockN % 16 == 0);
 
@@ -51,6 +55,13 @@ struct FlashFwdTraitsSm90 {
   using SmemLayoutVt = decltype(composition(
       SmemLayoutKV{}, make_ordered_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
   using SmemLayoutO = SmemLayoutQ;  // O is staged here for the TMA store
+  // One consumer group's 64 rows of it, as each group's store reads them: group g's start
+  // kOGroupOffset x g elements in. (The layout stacks its swizzle atoms along the rows first, and
+  // the offset is a whole number of swizzle periods, so the swizzle leaves it alone: checked.)
+  using SmemLayoutOGroup =
+      decltype(composition(SmemLayoutO{}, make_layout(Shape<_64, Int<kHeadDim>>{}, make_stride(_1{}, Int<kBlockM>{}))));
+  static constexpr int kOGroupOffset = 64 * size<1>(SmemAtom<kBlockM>{});
+  static_assert(kOGroupOffset % 1024 == 0 || kBlockM == 64);
 
   // Global tensors as TMA sees them: (rows, head dim, heads, batch), the head dim contiguous.
   using StrideQKVO = Stride<int64_t, _1, int64_t, int64_t>;
@@ -62,7 +73,7 @@ struct FlashFwdTraitsSm90 {
                                         SmemLayout{}, Tile{}, _1{}));
   using TmaQ = TmaFor<SM90_TMA_LOAD, SmemLayoutQ, Shape<Int<kBlockM>, Int<kHeadDim>>>;
   using TmaKV = TmaFor<SM90_TMA_LOAD, decltype(take<0, 2>(SmemLayoutKV{})), Shape<Int<kBlockN>, Int<kHeadDim>>>;
-  using TmaO = TmaFor<SM90_TMA_STORE, SmemLayoutO, Shape<Int<kBlockM>, Int<kHeadDim>>>;
+  using TmaO = TmaFor<SM90_TMA_STORE, SmemLayoutOGroup, Shape<_64, Int<kHeadDim>>>;
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);  // one stage of K, or of V

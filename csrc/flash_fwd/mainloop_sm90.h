@@ -153,7 +153,7 @@ struct MainloopSm90 {
   // other group's 128 arrive. Group 0 starts with a turn of its own, and the turns carry on from
   // tile to tile (both groups take as many in a tile); the last arrival of group 1 is left
   // unmatched when the CTA ends.
-  static constexpr int kTurnBarrier = 1;  // ids 1, 2 (0 is the epilogue's); CUTLASS offsets user ids
+  static constexpr int kTurnBarrier = Traits::kTurnBarrier;
   __device__ static void turn_begin(int group) {
     if constexpr (kPingPong) cutlass::arch::NamedBarrier::sync(256, kTurnBarrier + group);
   }
