@@ -18,13 +18,18 @@ namespace cute_ops {
 namespace flash {
 
 // FlashFwdTraitsSm90<head dim, kBlockM, kBlockN, stages, element> and the register split, per
-// head dim: two consumer warp groups of 64 rows; 24 registers a producer thread and 240 a
-// consumer thread. First configs, not yet measured (docs/perf-notes.md, issue 16):
-//   64: 128-key blocks, two stages (Q 16 KB + K 32 KB + V 32 KB); S 64 and O 32 floats a thread.
-//   96: 128-key blocks, two stages (Q 24 KB + K 48 KB + V 48 KB; 64-byte swizzle atoms, since a
+// head dim (docs/perf-notes.md, issue 16, has the measurements):
+//   64: 192 query rows in three consumer groups (at this head dim the softmax costs about as
+//       much as the GEMMs, so each group's softmax runs under two others' GEMMs), 128-key
+//       blocks, two stages (Q 24 KB + O 24 KB + K 32 KB + V 32 KB); S 64, P 32 and O 32 a thread
+//       in 160 registers. Two groups of 64 rows ran at 0.95-0.98x cuDNN on an H100.
+// The others: two consumer groups of 64 rows, 24 registers a producer thread and 240 a consumer
+// thread.
+//   96: 128-key blocks, two stages (Q 24 KB + O 24 KB + K 48 KB + V 48 KB; 64-byte swizzle atoms, since a
 //       192-byte row holds no whole 128-byte one); S 64 and O 48 floats a thread.
-//   128: 128-key blocks, two stages (Q 32 KB + K 64 KB + V 64 KB); S and O 64 floats a thread.
-//   256: 64-key blocks, two stages (Q 64 KB + K 64 KB + V 64 KB); O 128 and S 32 floats a
+//   128: 128-key blocks, two stages (Q 32 KB + O 32 KB + K 64 KB + V 64 KB); S and O 64 floats a
+//        thread.
+//   256: 64-key blocks, two stages (Q 64 KB, O staged there + K 64 KB + V 64 KB); O 128 and S 32 floats a
 //        thread. (80-key blocks would fit too, but wgmma's N = 80 is one of CuTe's "extended"
 //        shapes, off by default: the selector then took 5 instructions of N = 16.)
 template <int kHeadDim, typename Element>
@@ -34,8 +39,13 @@ struct FlashFwdTileConfigSm90;
 struct TwoConsumerRegisters {
   static constexpr int kLoadRegs = 24, kMmaRegs = 240;
 };
-template <typename E> struct FlashFwdTileConfigSm90<64, E> : TwoConsumerRegisters {
-  using Traits = FlashFwdTraitsSm90<64, 128, 128, 2, E>;
+// The producer's 128 threads at 32 registers and three consumer groups' 384 at 160: the
+// 512-thread CTA's whole budget.
+struct ThreeConsumerRegisters {
+  static constexpr int kLoadRegs = 32, kMmaRegs = 160;
+};
+template <typename E> struct FlashFwdTileConfigSm90<64, E> : ThreeConsumerRegisters {
+  using Traits = FlashFwdTraitsSm90<64, 192, 128, 2, E>;
 };
 template <typename E> struct FlashFwdTileConfigSm90<96, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<96, 128, 128, 2, E>;

@@ -51,7 +51,6 @@ struct KeyBlockRange {
 // kOverlap, kPingPong: the consumers' schedule (mma() below).
 template <typename Traits, bool kIsCausal, bool kOverlap, bool kPingPong>
 struct MainloopSm90 {
-  static_assert(!kPingPong || Traits::kConsumerGroups == 2, "ping-pong takes two consumer warp groups");
   using Element = typename Traits::Element;
   static constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   using Pipeline = typename Traits::Pipeline;
@@ -147,18 +146,18 @@ struct MainloopSm90 {
     }
   }
 
-  // Ping-pong between the two consumer warp groups (kPingPong): each issues its GEMMs only after
-  // the other has issued its own, so that one group's softmax runs while the other's GEMMs hold
-  // the tensor cores. Named barrier 1 + g is group g's turn: 128 threads of g wait on it, the
-  // other group's 128 arrive. Group 0 starts with a turn of its own, and the turns carry on from
-  // tile to tile (both groups take as many in a tile); the last arrival of group 1 is left
-  // unmatched when the CTA ends.
-  static constexpr int kTurnBarrier = Traits::kTurnBarrier;
+  // Ping-pong between the consumer warp groups (kPingPong): each issues its GEMMs only after the
+  // group before it (in a ring, 0, 1, .., 0) has issued its own, so that one group's softmax runs
+  // while the others' GEMMs hold the tensor cores. Named barrier kTurnBarrier + g is group g's
+  // turn: its 128 threads wait on it, the previous group's 128 arrive. Group 0 starts with a turn
+  // of its own, and the turns carry on from tile to tile (every group takes as many in a tile);
+  // the last group's last arrival is left unmatched when the CTA ends.
+  static constexpr int kTurnBarrier = Traits::kTurnBarrier, kGroups = Traits::kConsumerGroups;
   __device__ static void turn_begin(int group) {
     if constexpr (kPingPong) cutlass::arch::NamedBarrier::sync(256, kTurnBarrier + group);
   }
   __device__ static void turn_end(int group) {
-    if constexpr (kPingPong) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier + (1 - group));
+    if constexpr (kPingPong) cutlass::arch::NamedBarrier::arrive(256, kTurnBarrier + (group + 1) % kGroups);
   }
   // Once per CTA, before its first tile: group 0's first turn.
   __device__ static void init_turns(int thread) {
