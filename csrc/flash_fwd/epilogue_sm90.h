@@ -34,6 +34,7 @@ struct EpilogueSm90 {
   using SharedStorage = typename Traits::SharedStorage;
   using Tile = Shape<Int<kBlockM>, Int<kHeadDim>>;
   using TileGroup = Shape<_64, Int<kHeadDim>>;  // one consumer warp group's rows
+  static_assert(Traits::kSeparateO || Traits::kQStages == 1, "O staged in Q's buffer takes a single one");
 
   struct Params {
     typename Traits::TmaO tma_o;
@@ -100,7 +101,7 @@ struct EpilogueSm90 {
               *reinterpret_cast<const uint4*>(&sOg(r, c));
         }
       }
-      if constexpr (!Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty);
+      if constexpr (!Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty[0]);
       return;
     }
     cutlass::arch::fence_view_async_shared();  // the staging stores, before the TMA store reads them
@@ -114,7 +115,7 @@ struct EpilogueSm90 {
       tma_store_arrive();
       if constexpr (!Traits::kSeparateO) tma_store_wait<0>();  // Q's buffer is the next tile's
     }
-    if constexpr (!Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty);
+    if constexpr (!Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty[0]);
   }
 
   // After a CTA's last tile: shared memory must outlive the last stores' read of it.

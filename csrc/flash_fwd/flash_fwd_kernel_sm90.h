@@ -74,8 +74,10 @@ struct FlashFwdKernelSm90 {
     typename Traits::Pipeline pipeline_k(storage.pipeline_k, pipeline_params, Shape<_1, _1, _1>{});
     typename Traits::Pipeline pipeline_v(storage.pipeline_v, pipeline_params, Shape<_1, _1, _1>{});
     if (threadIdx.x == 0) {
-      cutlass::arch::ClusterTransactionBarrier::init(&storage.q_full, 1);
-      cutlass::arch::ClusterBarrier::init(&storage.q_empty, kMmaThreads);
+      for (int stage = 0; stage < Traits::kQStages; ++stage) {
+        cutlass::arch::ClusterTransactionBarrier::init(&storage.q_full[stage], 1);
+        cutlass::arch::ClusterBarrier::init(&storage.q_empty[stage], kMmaThreads);
+      }
       cutlass::arch::fence_barrier_init();
     }
     __syncthreads();  // every thread sees the initialised barriers
@@ -119,11 +121,12 @@ struct FlashFwdKernelSm90 {
       typename Traits::TiledMmaO tiled_mma_o;
       Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
       OnlineSoftmax<2 * decltype(size<1>(tOrO))::value> softmax;
+      const typename Traits::QSlot q_slot(q_reads);
       Mainloop::mma(p, t.m_block, seq.seqlen_q, seq.seqlen_k, blocks, pipeline_k, pipeline_v, read_k, read_v,
-                    q_reads & 1, tOrO, softmax, thread, storage);
-      // Every wgmma reading Q has completed; with O staged elsewhere, the next Q may come now
-      // (otherwise the epilogue arrives once the store has read O out of Q's buffer).
-      if constexpr (Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty);
+                    q_slot, tOrO, softmax, thread, storage);
+      // Every wgmma reading this Q has completed; with O staged elsewhere, its buffer may take
+      // another Q now (otherwise the epilogue arrives once the store has read O out of it).
+      if constexpr (Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty[q_slot.stage]);
       Epilogue::store(params.epilogue, p, seq, t.m_block, t.bidb, t.bidh, tOrO, softmax, thread, storage);
       ++q_reads;
     }

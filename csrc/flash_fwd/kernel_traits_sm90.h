@@ -81,27 +81,40 @@ struct FlashFwdTraitsSm90 {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;  // one for K, one for V
   using PipelineState = typename Pipeline::PipelineState;
 
-  // O gets a buffer of its own where one fits beside Q, K and V (1 KB kept for the barriers), so
-  // that the next tile's Q loads while this tile's O is stored; otherwise (head dim 256) it is
-  // staged in Q's buffer, and the next Q waits for the store to have read it.
-  static constexpr bool kSeparateO =
-      (2 * cosize_v<SmemLayoutQ> + 2 * cosize_v<SmemLayoutKV>) * sizeof(Element) <= (227 - 1) * 1024;
+  // Shared memory beyond Q, K and V, by priority, where it fits (1 KB kept for the barriers):
+  //   - O a buffer of its own, so that the next tile's Q can load while this tile's O is stored;
+  //     otherwise (head dim 256) O is staged in Q's buffer, and the next Q waits for the store.
+  //   - Q two buffers, so that the producer loads the next tile's Q while this tile computes
+  //     (one buffer: once the consumers are done with this tile's, a latency at every tile).
+  static constexpr int kQTileBytes = cosize_v<SmemLayoutQ> * sizeof(Element);
+  static constexpr int kKVRingBytes = 2 * cosize_v<SmemLayoutKV> * sizeof(Element);
+  static constexpr int kSmemBudget = (227 - 1) * 1024;
+  static constexpr bool kSeparateO = 2 * kQTileBytes + kKVRingBytes <= kSmemBudget;
+  static constexpr int kQStages = kSeparateO && 3 * kQTileBytes + kKVRingBytes <= kSmemBudget ? 2 : 1;
   struct BufferO {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutO>> o;
   };
   struct NoBufferO {};
   struct SharedStorage : std::conditional_t<kSeparateO, BufferO, NoBufferO> {
-    alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutQ>> q;
+    alignas(1024) cute::array_aligned<Element, kQStages * cosize_v<SmemLayoutQ>> q;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> k;
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> v;
     typename Pipeline::SharedStorage pipeline_k;
     typename Pipeline::SharedStorage pipeline_v;
-    alignas(8) uint64_t q_full;   // a tile's Q has landed (transaction barrier, one phase a tile)
-    alignas(8) uint64_t q_empty;  // the consumers are done with Q's buffer (every consumer thread arrives)
+    alignas(8) uint64_t q_full[kQStages];   // a tile's Q has landed (transaction barrier)
+    alignas(8) uint64_t q_empty[kQStages];  // the consumers are done with it (every consumer thread arrives)
   };
+  // The Q buffer and barrier phase of the n-th Q tile a CTA loads (or computes).
+  struct QSlot {
+    int stage, phase;
+    __device__ explicit QSlot(int n) : stage(n % kQStages), phase((n / kQStages) & 1) {}
+  };
+  __device__ static Element* q_buffer(SharedStorage& storage, int stage) {
+    return storage.q.data() + stage * cosize_v<SmemLayoutQ>;
+  }
   __device__ static Element* o_buffer(SharedStorage& storage) {
     if constexpr (kSeparateO) return storage.o.data();
-    else return storage.q.data();
+    else return storage.q.data();  // one Q buffer then
   }
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "the tile config's shared memory exceeds an SM's");

@@ -97,9 +97,9 @@ struct MainloopSm90 {
     prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
   }
 
-  // Producer, one thread, per tile: Q (once the consumers are done with the previous tile's,
-  // q_loads tiles ago), then K and V of blocks n_max - 1 down to 0, of sequence `seq`, into the
-  // rings where `write` left them after the previous tile.
+  // Producer, one thread, per tile: Q, the CTA's q_loads-th (into a buffer the consumers are
+  // done with), then K and V of blocks n_max - 1 down to 0, of sequence `seq`, into the rings
+  // where `write` left them after the previous tile.
   __device__ static void load(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int m_block,
                               int bidb, int bidh, const Blocks& blocks, Pipeline& pipeline_k, Pipeline& pipeline_v,
                               PipelineState& write, int q_loads, SharedStorage& storage) {
@@ -116,7 +116,8 @@ struct MainloopSm90 {
     Tensor gQ = local_tile(mQs, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));
     Tensor gK = local_tile(mKs, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (BN, D, n)
     Tensor gV = local_tile(mVs, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-    Tensor sQ = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutQ{});
+    const typename Traits::QSlot q_slot(q_loads);
+    Tensor sQ = make_tensor(make_smem_ptr(Traits::q_buffer(storage, q_slot.stage)), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutKV{});  // (BN, D, stages)
     Tensor sV = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutKV{});
     auto cta_q = params.tma_q.get_slice(_0{});
@@ -131,9 +132,10 @@ struct MainloopSm90 {
 
     // Rows past the tensor's end arrive as zeros (TMA's bounds), rows past a packed sequence's end
     // as the next sequence's: no predication here (TmaExtents says why neither matters).
-    if (q_loads > 0) cutlass::arch::ClusterBarrier::wait(&storage.q_empty, (q_loads - 1) & 1);
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&storage.q_full, Traits::kQBytes);
-    copy(params.tma_q.with(storage.q_full), tQgQ, tQsQ);
+    uint64_t* q_full = &storage.q_full[q_slot.stage];
+    if (q_loads >= Traits::kQStages) cutlass::arch::ClusterBarrier::wait(&storage.q_empty[q_slot.stage], q_slot.phase ^ 1);
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(q_full, Traits::kQBytes);
+    copy(params.tma_q.with(*q_full), tQgQ, tQsQ);
 #pragma unroll 1
     for (int n_block = blocks.n_max - 1; n_block >= 0; --n_block) {
       pipeline_k.producer_acquire(write);
@@ -168,7 +170,7 @@ struct MainloopSm90 {
 
   // Consumers, every thread of the consumer warp groups (thread: its index among them), per tile:
   // the unnormalised O of its rows in tOrO, the softmax state in `softmax`. read_k / read_v carry
-  // the rings' positions from tile to tile; q_phase is the parity of the tiles computed before.
+  // the rings' positions from tile to tile; q_slot is the tile's Q buffer.
   //
   // kOverlap (FlashAttention-3's intra-warpgroup pipelining): S of block j-1 (blocks run last to
   // first) is issued before O += P_j V_j, and its softmax runs while that product is in flight:
@@ -182,13 +184,13 @@ struct MainloopSm90 {
   template <typename FragO, typename Softmax>
   __device__ static void mma(const FlashFwdParams& p, int m_block, int seqlen_q, int seqlen_k, const Blocks& blocks,
                              Pipeline& pipeline_k, Pipeline& pipeline_v, PipelineState& read_k,
-                             PipelineState& read_v, int q_phase, FragO& tOrO, Softmax& softmax, int thread,
+                             PipelineState& read_v, typename Traits::QSlot q_slot, FragO& tOrO, Softmax& softmax, int thread,
                              SharedStorage& storage) {
     typename Traits::TiledMmaS tiled_mma_s;
     typename Traits::TiledMmaO tiled_mma_o;
     auto thr_mma_s = tiled_mma_s.get_thread_slice(thread);
     auto thr_mma_o = tiled_mma_o.get_thread_slice(thread);
-    Tensor sQ = make_tensor(make_smem_ptr(storage.q.data()), typename Traits::SmemLayoutQ{});
+    Tensor sQ = make_tensor(make_smem_ptr(Traits::q_buffer(storage, q_slot.stage)), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutKV{});
     Tensor sVt = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutVt{});
     Tensor tSrQ = thr_mma_s.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K) descriptors
@@ -203,7 +205,7 @@ struct MainloopSm90 {
     const int group = thread / 128;
 
     clear(tOrO);  // the first block's rescale multiplies it by 0
-    cutlass::arch::ClusterTransactionBarrier::wait(&storage.q_full, q_phase);
+    cutlass::arch::ClusterTransactionBarrier::wait(&storage.q_full[q_slot.stage], q_slot.phase);
 
     // The two GEMMs of a block, issued and left in flight (the caller waits with warpgroup_wait
     // and then releases the slot it read). K is waited for before the group's turn (a late K
