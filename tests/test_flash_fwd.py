@@ -386,6 +386,15 @@ def test_flash_fwd_long_sequences(seqlen_q, seqlen_k, causal, head_dim, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_many_tiles_per_cta(causal, head_dim):
+    # Several hundred query tiles, more than any GPU has SMs: the sm90 kernel's persistent CTAs
+    # each compute many, carrying their pipelines, Q buffers and staged O from tile to tile.
+    _run_and_check(*_qkv(3, 1000, 1000, 32, 8, head_dim, torch.bfloat16), causal=causal)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("heads_q", [2, 8, 16])  # GQA ratios 1, 4, 8 over 2 kv heads
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seqlen_q, seqlen_k", [(300, 300), (129, 333)])

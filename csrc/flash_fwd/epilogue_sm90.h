@@ -84,7 +84,8 @@ struct EpilogueSm90 {
       if (lane == 0) tma_store_wait<0>();  // the group's previous store has read its rows
       group_sync(group);                   // (and its varlen copy-out is done)
     }
-    auto smem_copy_o = make_tiled_copy_C(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{}, tiled_mma_o);
+    auto smem_copy_o =
+        make_tiled_copy_C(Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>{}, tiled_mma_o);
     auto smem_thr_copy_o = smem_copy_o.get_thread_slice(thread);
     copy(smem_copy_o, smem_thr_copy_o.retile_S(rO), smem_thr_copy_o.partition_D(sO));
     const int group_row0 = row0 + group * 64, group_rows = min(64, seq.seqlen_q - group_row0);
@@ -109,7 +110,8 @@ struct EpilogueSm90 {
     if (lane == 0 && group_rows > 0) {
       const TmaExtents x(p);
       Tensor mO = params.tma_o.get_tma_tensor(make_shape(x.rows_q, Int<kHeadDim>{}, p.h, x.batch));
-      Tensor gO = local_tile(mO(_, _, bidh, bidb), TileGroup{}, make_coord(m_block * Traits::kConsumerGroups + group, _0{}));
+      const int group_block = m_block * Traits::kConsumerGroups + group;  // in units of 64 rows
+      Tensor gO = local_tile(mO(_, _, bidh, bidb), TileGroup{}, make_coord(group_block, _0{}));
       auto cta_o = params.tma_o.get_slice(_0{});
       copy(params.tma_o, cta_o.partition_S(sOg), cta_o.partition_D(gO));
       tma_store_arrive();

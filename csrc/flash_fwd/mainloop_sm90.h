@@ -133,7 +133,9 @@ struct MainloopSm90 {
     // Rows past the tensor's end arrive as zeros (TMA's bounds), rows past a packed sequence's end
     // as the next sequence's: no predication here (TmaExtents says why neither matters).
     uint64_t* q_full = &storage.q_full[q_slot.stage];
-    if (q_loads >= Traits::kQStages) cutlass::arch::ClusterBarrier::wait(&storage.q_empty[q_slot.stage], q_slot.phase ^ 1);
+    if (q_loads >= Traits::kQStages) {  // the buffer's previous Q, kQStages tiles ago, is done with
+      cutlass::arch::ClusterBarrier::wait(&storage.q_empty[q_slot.stage], q_slot.phase ^ 1);
+    }
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(q_full, Traits::kQBytes);
     copy(params.tma_q.with(*q_full), tQgQ, tQsQ);
 #pragma unroll 1
@@ -184,8 +186,8 @@ struct MainloopSm90 {
   template <typename FragO, typename Softmax>
   __device__ static void mma(const FlashFwdParams& p, int m_block, int seqlen_q, int seqlen_k, const Blocks& blocks,
                              Pipeline& pipeline_k, Pipeline& pipeline_v, PipelineState& read_k,
-                             PipelineState& read_v, typename Traits::QSlot q_slot, FragO& tOrO, Softmax& softmax, int thread,
-                             SharedStorage& storage) {
+                             PipelineState& read_v, typename Traits::QSlot q_slot, FragO& tOrO, Softmax& softmax,
+                             int thread, SharedStorage& storage) {
     typename Traits::TiledMmaS tiled_mma_s;
     typename Traits::TiledMmaO tiled_mma_o;
     auto thr_mma_s = tiled_mma_s.get_thread_slice(thread);
