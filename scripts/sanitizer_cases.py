@@ -51,6 +51,12 @@ def flash_fwd_cases():
                                              (1, 130, 70, 2, 1, 128, True), (1, 200, 300, 2, 2, 128, False),
                                              (1, 65, 129, 2, 2, 256, True)):
             cute_ops.flash_fwd(rand(b, sq, hq, d), rand(b, sk, hk, d), rand(b, sk, hk, d), causal=causal, arch="sm90")
+        # More query tiles than SMs: each persistent CTA computes several, carrying its K/V rings, Q
+        # buffers (two at D = 64 and 128; one, shared with O, at D = 256) and O stores across tiles.
+        heads = 4 * -(-torch.cuda.get_device_properties(DEV).multi_processor_count // 4)  # >= SMs, GQA 4
+        for d, causal in ((64, True), (128, False), (256, True)):
+            cute_ops.flash_fwd(rand(2, 200, heads, d), rand(2, 230, heads // 4, d), rand(2, 230, heads // 4, d),
+                               causal=causal, arch="sm90")
     lengths_q, lengths_k = [5, 0, 17, 1], [9, 3, 0, 40]
     q, k = rand(sum(lengths_q) + 6, 4, 64), rand(sum(lengths_k), 2, 64)
     cu_q = torch.tensor([0, *lengths_q], device=DEV).cumsum(0).int() + 2  # 2 leading, 4 trailing padding rows
