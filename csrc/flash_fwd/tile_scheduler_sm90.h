@@ -43,6 +43,12 @@ struct TileSchedulerParams {
   int section;   // (batch, head) pairs in an L2 section (PersistentTileScheduler)
 };
 
+// The K and V bytes an L2 section holds, in MB (a build knob for A/B runs:
+// NVCC_APPEND_FLAGS=-DCUTE_OPS_FLASH_FWD_SM90_L2_SECTION_MB=8; docs/perf-notes.md).
+#ifndef CUTE_OPS_FLASH_FWD_SM90_L2_SECTION_MB
+#define CUTE_OPS_FLASH_FWD_SM90_L2_SECTION_MB 24
+#endif
+
 template <int kBlockM>
 inline TileSchedulerParams tile_scheduler_params(const FlashFwdParams& p, int head_dim, int element_bytes) {
   TileSchedulerParams s;
@@ -50,12 +56,12 @@ inline TileSchedulerParams tile_scheduler_params(const FlashFwdParams& p, int he
   s.heads = p.h;
   s.bh = p.b * p.h;
   s.tiles = s.m_blocks * s.bh;
-  // K and V of one kv head, shared by h / h_k query heads: a section holds about 24 MB of them,
-  // half of an H100's L2 (the rest holds what the other half of the GPU's CTAs read, and Q / O
-  // passing through).
+  // K and V of one kv head, shared by h / h_k query heads: a section holds about 24 MB of them
+  // (CUTE_OPS_FLASH_FWD_SM90_L2_SECTION_MB), half of an H100's L2, leaving room for Q and O
+  // passing through.
   const int64_t kv_bytes = int64_t{2} * p.seqlen_k * head_dim * element_bytes;
   const int64_t per_q_head = std::max<int64_t>(1, kv_bytes / std::max(1, p.h / p.h_k));
-  s.section = static_cast<int>(std::clamp<int64_t>((int64_t{24} << 20) / per_q_head, 1, s.bh));
+  s.section = static_cast<int>(std::clamp<int64_t>((int64_t{CUTE_OPS_FLASH_FWD_SM90_L2_SECTION_MB} << 20) / per_q_head, 1, s.bh));
   return s;
 }
 

@@ -6,6 +6,7 @@
 # settings fit a device command's 10 minutes:
 #   VARIANTS="1:1:1" bash perf/tools/flash_fwd_variants.sh          # overlap, ping-pong, persistent: on
 #   VARIANTS="1:1:0 0:0:1" bash perf/tools/flash_fwd_variants.sh 128:16384 128:2048
+#   EXTRA_FLAGS="-DCUTE_OPS_FLASH_FWD_SM90_L2_SECTION_MB=8" bash perf/tools/flash_fwd_variants.sh 128:2048
 set -u
 out="${OUT:-build/flash_fwd_variants}"
 mkdir -p "$out"
@@ -13,9 +14,9 @@ for v in ${VARIANTS:-1:1:1}; do
   IFS=: read -r overlap pingpong persistent <<<"$v"
   persistent=${persistent:-1}
   tag="$overlap$pingpong$persistent"
-  echo "== overlap $overlap, ping-pong $pingpong, persistent $persistent"
+  echo "== overlap $overlap, ping-pong $pingpong, persistent $persistent ${EXTRA_FLAGS:-}"
   if ! NVCC_APPEND_FLAGS="-DCUTE_OPS_FLASH_FWD_SM90_OVERLAP=$overlap -DCUTE_OPS_FLASH_FWD_SM90_PINGPONG=$pingpong \
--DCUTE_OPS_FLASH_FWD_SM90_PERSISTENT=$persistent" \
+-DCUTE_OPS_FLASH_FWD_SM90_PERSISTENT=$persistent ${EXTRA_FLAGS:-}" \
       CUTE_OPS_FAMILIES=flash_fwd CUTE_OPS_ARCHS=90a MAX_JOBS="$(nproc)" \
       python3 -m pip install --no-deps --no-build-isolation -e . >"$out/build_$tag.log" 2>&1; then
     echo "build failed"; tail -20 "$out/build_$tag.log"; continue
