@@ -5,6 +5,7 @@
 // encoded on the host at each call and travel in the kernel's argument, so a captured launch
 // replays with them.
 #include <algorithm>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/device_info.h"
@@ -44,8 +45,16 @@ struct TwoConsumerRegisters {
 struct ThreeConsumerRegisters {
   static constexpr int kLoadRegs = 32, kMmaRegs = 160;
 };
-template <typename E> struct FlashFwdTileConfigSm90<64, E> : ThreeConsumerRegisters {
-  using Traits = FlashFwdTraitsSm90<64, 192, 128, 2, E>;
+// Head dim 64's query rows, a build knob for A/B runs (192, or 128 on two groups as the other
+// head dims: the causal diagonal's waste is smaller there; docs/perf-notes.md).
+#ifndef CUTE_OPS_FLASH_FWD_SM90_D64_ROWS
+#define CUTE_OPS_FLASH_FWD_SM90_D64_ROWS 192
+#endif
+static_assert(CUTE_OPS_FLASH_FWD_SM90_D64_ROWS == 192 || CUTE_OPS_FLASH_FWD_SM90_D64_ROWS == 128);
+template <typename E>
+struct FlashFwdTileConfigSm90<64, E>
+    : std::conditional_t<CUTE_OPS_FLASH_FWD_SM90_D64_ROWS == 192, ThreeConsumerRegisters, TwoConsumerRegisters> {
+  using Traits = FlashFwdTraitsSm90<64, CUTE_OPS_FLASH_FWD_SM90_D64_ROWS, 128, 2, E>;
 };
 template <typename E> struct FlashFwdTileConfigSm90<96, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<96, 128, 128, 2, E>;
