@@ -3,9 +3,10 @@
 // over one tile's key blocks, last to first (only the first few visited need masking, as in the
 // SM80 kernel).
 //
-// Producer (one thread): Q once, completing on its own transaction barrier; then K_j and V_j per
-// key block into two rings of kStages tiles (CUTLASS's PipelineTmaAsync, one each), so K_{j-1}
-// and V_{j-1} stream in while the consumers work on block j.
+// Producer (one thread): the tile's Q into a free Q buffer (Traits::kQStages of them), completing
+// on that buffer's transaction barrier; then K_j and V_j per key block into two rings of kStages
+// tiles (CUTLASS's PipelineTmaAsync, one each), so K_{j-1} and V_{j-1} stream in while the
+// consumers work on block j, and the next tile's first blocks while they finish this one.
 // Consumers (each warp group 64 query rows): S = Q K_j^T (wgmma, both operands in shared memory),
 // K_j's slot released as soon as that wgmma is done, mask, online softmax in registers, P rounded
 // to 16 bits and re-laid-out as the A operand of O += P V_j (wgmma, V^T a view of V's ring).
