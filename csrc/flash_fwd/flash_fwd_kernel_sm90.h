@@ -44,7 +44,7 @@ struct FlashFwdKernelSm90 {
   using Mainloop = MainloopSm90<Traits, kIsCausal, kOverlap, kPingPong>;
   using Epilogue = EpilogueSm90<Traits>;
   using Scheduler =
-      std::conditional_t<kPersistent, PersistentTileScheduler<kIsCausal>, StaticTileScheduler<kIsCausal>>;
+      std::conditional_t<kPersistent, DynamicTileScheduler<kIsCausal>, StaticTileScheduler<kIsCausal>>;
   using SharedStorage = typename Traits::SharedStorage;
   static constexpr int kSmemBytes = Traits::kSmemBytes;
 
@@ -55,9 +55,11 @@ struct FlashFwdKernelSm90 {
     TileSchedulerParams scheduler;
   };
 
-  static Params make_params(const FlashFwdParams& p) {
+  // counters: two zeroed ints of the launch's stream (arrival_counters.h), for the scheduler.
+  static Params make_params(const FlashFwdParams& p, int* counters) {
     return {p, Mainloop::make_params(p), Epilogue::make_params(p),
-            tile_scheduler_params<Traits::kBlockM>(p, Traits::kHeadDim, sizeof(typename Traits::Element))};
+            tile_scheduler_params<Traits::kBlockM>(p, Traits::kHeadDim, sizeof(typename Traits::Element), kIsCausal,
+                                                  counters)};
   }
 
   __device__ __forceinline__ void operator()(const Params& params, char* smem) const {
@@ -82,62 +84,77 @@ struct FlashFwdKernelSm90 {
     }
     __syncthreads();  // every thread sees the initialised barriers
 
-    // Producer and consumers walk the same tiles and skip the same ones, each side counting the
-    // Q tiles it has loaded / computed (the barriers' phases).
+    // The producer picks the tiles and hands each to the consumers with its Q: the tile's number
+    // goes into the Q buffer's tile_idx slot before the arrival on q_full, and a number >= tiles
+    // ends the consumers' loop. Tiles with no queries are skipped there; a tile whose queries see
+    // no key (n_max <= 0) is handed over with no Q (a plain arrival), for store_empty.
+    const TileSchedulerParams& sched = params.scheduler;
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegs>();
       if (threadIdx.x != 0) return;
       Mainloop::prefetch_descriptors(params.mainloop);
       auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();
-      int q_loads = 0;
-      for (int idx = Scheduler::first(params.scheduler); idx < params.scheduler.tiles;
-           idx = Scheduler::next(params.scheduler, idx)) {
-        const ForwardTile t = Scheduler::tile(params.scheduler, idx);
-        if (!has_queries(p, t)) continue;
+      int idx = Scheduler::first(sched);
+      for (int q_loads = 0;; ++q_loads) {
+        while (idx < sched.tiles && !has_queries(p, Scheduler::tile(sched, idx))) idx = Scheduler::next(sched, idx);
+        const typename Traits::QSlot q_slot(q_loads);
+        if (q_loads >= Traits::kQStages) {  // the buffer's previous tile, kQStages ago, is done with
+          cutlass::arch::ClusterBarrier::wait(&storage.q_empty[q_slot.stage], q_slot.phase ^ 1);
+        }
+        storage.tile_idx[q_slot.stage] = idx;
+        if (idx >= sched.tiles) {
+          cutlass::arch::ClusterBarrier::arrive(&storage.q_full[q_slot.stage]);
+          break;
+        }
+        const ForwardTile t = Scheduler::tile(sched, idx);
         const SeqInfo seq(p, t.bidb);
         const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
-        if (blocks.n_max <= 0) continue;
-        Mainloop::load(params.mainloop, p, seq, t.m_block, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v, write,
-                       q_loads, storage);
-        ++q_loads;
+        if (blocks.n_max > 0) {
+          Mainloop::load(params.mainloop, p, seq, t.m_block, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v, write,
+                         q_slot, storage);
+        } else {
+          cutlass::arch::ClusterBarrier::arrive(&storage.q_full[q_slot.stage]);
+        }
+        idx = Scheduler::next(sched, idx);
       }
+      Scheduler::finish(sched);
       return;
     }
     cutlass::arch::warpgroup_reg_alloc<kMmaRegs>();
     const int thread = threadIdx.x - kLoadThreads;
     Mainloop::init_turns(thread);
     typename Traits::PipelineState read_k{}, read_v{};
-    int q_reads = 0;
-    for (int idx = Scheduler::first(params.scheduler); idx < params.scheduler.tiles;
-         idx = Scheduler::next(params.scheduler, idx)) {
-      const ForwardTile t = Scheduler::tile(params.scheduler, idx);
-      if (!has_queries(p, t)) continue;
+    for (int q_reads = 0;; ++q_reads) {
+      const typename Traits::QSlot q_slot(q_reads);
+      cutlass::arch::ClusterTransactionBarrier::wait(&storage.q_full[q_slot.stage], q_slot.phase);
+      const int idx = storage.tile_idx[q_slot.stage];
+      if (idx >= sched.tiles) break;
+      const ForwardTile t = Scheduler::tile(sched, idx);
       const SeqInfo seq(p, t.bidb);
       const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
       if (blocks.n_max <= 0) {  // no query of this tile sees a key
         Epilogue::store_empty(p, seq, t.m_block, t.bidb, t.bidh, thread);
+        cutlass::arch::ClusterBarrier::arrive(&storage.q_empty[q_slot.stage]);
         continue;
       }
       typename Traits::TiledMmaO tiled_mma_o;
       Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
       OnlineSoftmax<2 * decltype(size<1>(tOrO))::value> softmax;
-      const typename Traits::QSlot q_slot(q_reads);
       Mainloop::mma(p, t.m_block, seq.seqlen_q, seq.seqlen_k, blocks, pipeline_k, pipeline_v, read_k, read_v,
                     q_slot, tOrO, softmax, thread, storage);
       // Every wgmma reading this Q has completed; with O staged elsewhere, its buffer may take
       // another Q now (otherwise the epilogue arrives once the store has read O out of it).
       if constexpr (Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty[q_slot.stage]);
       Epilogue::store(params.epilogue, p, seq, t.m_block, t.bidb, t.bidh, tOrO, softmax, thread, storage);
-      ++q_reads;
     }
     Epilogue::finish(thread);
   }
 
  private:
-  // Whether tile t has queries to compute. Varlen: the sequence's offsets are checked before
-  // anything of it is read (seq_info.h); a bad one is skipped here and reported, its rows filled,
-  // by varlen_checks_kernel, launched before this kernel; and a sequence shorter than the
-  // longest has fewer query tiles than the scheduler numbers.
+  // Whether tile t has queries to compute (the producer's filter). Varlen: the sequence's
+  // offsets are checked before anything of it is read (seq_info.h); a bad one is skipped here and
+  // reported, its rows filled, by varlen_checks_kernel, launched before this kernel; and a
+  // sequence shorter than the longest has fewer query tiles than the scheduler numbers.
   __device__ static bool has_queries(const FlashFwdParams& p, const ForwardTile& t) {
     if (p.cu_seqlens_q != nullptr && varlen_sequence_check(p, t.bidb).code != DeviceErrorCode{}) return false;
     return t.m_block * Traits::kBlockM < SeqInfo(p, t.bidb).seqlen_q;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "common/arrival_counters.h"
 #include "common/cuda_check.h"
 #include "common/device_info.h"
 #include "common/kernel_attributes.h"
@@ -102,9 +103,9 @@ void launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
         <<<dim3(fill_ctas, p.b, p.h), 128, 0, stream>>>(p);
     CUTE_OPS_CHECK_LAUNCH("flash_fwd varlen checks launch");
   }
-  const typename Kernel::Params params = Kernel::make_params(p);
   int device = 0;
   check_cuda(cudaGetDevice(&device), "flash_fwd: current device");
+  const typename Kernel::Params params = Kernel::make_params(p, arrival_counters(device, stream, 2));
   const dim3 grid = Kernel::Scheduler::grid(params.scheduler, device_info(device).sms);
   kernel<<<grid, Kernel::kNThreads, kSmem, stream>>>(params);
   CUTE_OPS_CHECK_LAUNCH("flash_fwd launch");

@@ -103,6 +103,7 @@ struct FlashFwdTraitsSm90 {
     typename Pipeline::SharedStorage pipeline_v;
     alignas(8) uint64_t q_full[kQStages];   // a tile's Q has landed (transaction barrier)
     alignas(8) uint64_t q_empty[kQStages];  // the consumers are done with it (every consumer thread arrives)
+    int tile_idx[kQStages];                 // the tile of the buffer's Q (the scheduler's number)
   };
   // The Q buffer and barrier phase of the n-th Q tile a CTA loads (or computes).
   struct QSlot {

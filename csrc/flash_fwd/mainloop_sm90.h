@@ -98,12 +98,12 @@ struct MainloopSm90 {
     prefetch_tma_descriptor(params.tma_v.get_tma_descriptor());
   }
 
-  // Producer, one thread, per tile: Q, the CTA's q_loads-th (into a buffer the consumers are
-  // done with), then K and V of blocks n_max - 1 down to 0, of sequence `seq`, into the rings
-  // where `write` left them after the previous tile.
+  // Producer, one thread, per tile: Q into q_slot's buffer (which the consumers are done with:
+  // the caller waited), then K and V of blocks n_max - 1 down to 0, of sequence `seq`, into the
+  // rings where `write` left them after the previous tile.
   __device__ static void load(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int m_block,
                               int bidb, int bidh, const Blocks& blocks, Pipeline& pipeline_k, Pipeline& pipeline_v,
-                              PipelineState& write, int q_loads, SharedStorage& storage) {
+                              PipelineState& write, typename Traits::QSlot q_slot, SharedStorage& storage) {
     const int bidh_k = bidh / (p.h / p.h_k);
     const TmaExtents x(p);
     const int batch = p.cu_seqlens_q ? 0 : bidb;
@@ -117,7 +117,6 @@ struct MainloopSm90 {
     Tensor gQ = local_tile(mQs, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));
     Tensor gK = local_tile(mKs, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (BN, D, n)
     Tensor gV = local_tile(mVs, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-    const typename Traits::QSlot q_slot(q_loads);
     Tensor sQ = make_tensor(make_smem_ptr(Traits::q_buffer(storage, q_slot.stage)), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutKV{});  // (BN, D, stages)
     Tensor sV = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutKV{});
@@ -134,9 +133,6 @@ struct MainloopSm90 {
     // Rows past the tensor's end arrive as zeros (TMA's bounds), rows past a packed sequence's end
     // as the next sequence's: no predication here (TmaExtents says why neither matters).
     uint64_t* q_full = &storage.q_full[q_slot.stage];
-    if (q_loads >= Traits::kQStages) {  // the buffer's previous Q, kQStages tiles ago, is done with
-      cutlass::arch::ClusterBarrier::wait(&storage.q_empty[q_slot.stage], q_slot.phase ^ 1);
-    }
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(q_full, Traits::kQBytes);
     copy(params.tma_q.with(*q_full), tQgQ, tQsQ);
 #pragma unroll 1
@@ -207,8 +203,7 @@ struct MainloopSm90 {
     Tensor tOrP = make_tensor<Element>(sm90::acc_as_a_operand(tSrS.layout()));
     const int group = thread / 128;
 
-    clear(tOrO);  // the first block's rescale multiplies it by 0
-    cutlass::arch::ClusterTransactionBarrier::wait(&storage.q_full[q_slot.stage], q_slot.phase);
+    clear(tOrO);  // the first block's rescale multiplies it by 0 (Q has landed: the caller waited)
 
     // The two GEMMs of a block, issued and left in flight (the caller waits with warpgroup_wait
     // and then releases the slot it read). K is waited for before the group's turn (a late K

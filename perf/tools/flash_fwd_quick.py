@@ -4,9 +4,11 @@ not timed), then TFLOP/s of the automatic choice (sm90 on Hopper), the sm80 kern
 cuDNN and FLASH backends, with the harness's timing. For comparing sm90 builds
 (perf/tools/flash_fwd_variants.sh) while iterating. Usage:
     python perf/tools/flash_fwd_quick.py [D:S[:causal][:llama] ...]   e.g. 128:16384 128:4096:causal:llama
-(llama: LLaMA-3-8B's heads, 32 sharing 8, one sequence)."""
+(llama: LLaMA-3-8B's heads, 32 sharing 8, one sequence). QUICK_KEEP=ours,sdpa_cudnn times only those
+variants; QUICK_CHECK=0 skips the reference check (for sweeps of one build)."""
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 
@@ -21,7 +23,7 @@ from conftest import assert_close_to_reference  # noqa: E402
 from cute_ops import reference as ref  # noqa: E402
 from harness import time_case  # noqa: E402
 
-KEEP = ("ours", "ours_sm80", "sdpa_cudnn", "sdpa_flash")
+KEEP = tuple(os.environ.get("QUICK_KEEP", "ours,ours_sm80,sdpa_cudnn,sdpa_flash").split(","))
 DEFAULT = ["64:2048", "128:2048", "128:16384", "128:16384:causal", "256:2048"]
 
 
@@ -50,8 +52,9 @@ def check(arch: str) -> None:
 
 
 def main(args: list[str]) -> None:
-    check("sm80")
-    check("sm90")
+    if os.environ.get("QUICK_CHECK", "1") != "0":
+        check("sm80")
+        check("sm90")
     for spec in args or DEFAULT:
         d, s, *rest = spec.split(":")
         d, s, causal = int(d), int(s), "causal" in rest
