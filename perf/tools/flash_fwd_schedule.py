@@ -1,0 +1,89 @@
+"""A model of how evenly the sm90 flash_fwd's persistent CTAs share a launch's tiles, for choosing
+the tile scheduler's L2 section size without a GPU (docs/perf-notes.md, issue 16, session 41).
+
+Each tile costs OVERHEAD + its key blocks (causal: the blocks its last query row sees); the CTAs
+take tiles in the scheduler's order. Printed per shape and section size: the balance, i.e. the
+mean CTA's busy time over the longest one's (1.0 = every CTA ends together), for
+  - dynamic: DynamicTileScheduler (csrc/flash_fwd/tile_scheduler_sm90.h): the first wave
+    static, then each CTA takes the next tile when it has AHEAD blocks of its current one left;
+  - alternating: the scheduler it replaced (ea4610c): rounds of one tile a CTA, alternating
+    direction, causal sections alternating longest-first and shortest-first.
+The model has no L2 in it: the section size's other effect (docs/perf-notes.md) is measured.
+Usage:
+    python perf/tools/flash_fwd_schedule.py [D:S[:causal][:llama] ...]   e.g. 128:16384:causal
+(the grid's shapes: 16k tokens a batch, 2048 / D heads; llama: 32 query heads sharing 8, one
+sequence.)"""
+from __future__ import annotations
+
+import heapq
+import sys
+
+SMS = 132           # an H100 SXM's SMs (the H200 has as many)
+OVERHEAD = 2.5      # a tile's fixed cost, in key blocks (prologue, first softmax, epilogue)
+AHEAD = 2.0         # key blocks before a tile's end at which its producer asks for the next
+SECTIONS_MB = (1, 4, 8, 24)
+
+
+def tile_config(d: int) -> tuple[int, int]:
+    """(query rows, keys) of a tile per head dim (csrc/flash_fwd/flash_fwd_launch_sm90.h)."""
+    return (192 if d == 64 else 128), (64 if d == 256 else 128)
+
+
+def order(m_blocks: int, bh: int, section: int, causal: bool, alternate_sections: bool) -> list[int]:
+    """Each tile's query block, in the scheduler's order (heads in sections, query-block-major)."""
+    sections = -(-bh // section)
+    out = []
+    for sec in range(sections):
+        width = min(section, bh - sec * section)
+        longest_first = causal and (not alternate_sections or (sections - 1 - sec) % 2 == 0)
+        for m in range(m_blocks):
+            out += [m_blocks - 1 - m if longest_first else m] * width
+    return out
+
+
+def cost(m: int, m_blocks: int, causal: bool, block_m: int, block_n: int) -> float:
+    return OVERHEAD + ((m + 1) * block_m / block_n if causal else m_blocks * block_m / block_n)
+
+
+def balance_dynamic(costs: list[float]) -> float:
+    g = min(len(costs), SMS)
+    ends = costs[:g]
+    asks = [(max(0.0, c - AHEAD), i) for i, c in enumerate(ends)]
+    heapq.heapify(asks)
+    for c in costs[g:]:
+        _, cta = heapq.heappop(asks)
+        ends[cta] += c
+        heapq.heappush(asks, (ends[cta] - AHEAD, cta))
+    return sum(costs) / g / max(ends)
+
+
+def balance_alternating(costs: list[float]) -> float:
+    g = min(len(costs), SMS)
+    ends = [0.0] * g
+    for idx, c in enumerate(costs):
+        rnd, pos = divmod(idx, g)
+        ends[g - 1 - pos if rnd % 2 else pos] += c
+    return sum(costs) / g / max(ends)
+
+
+def main(specs: list[str]) -> None:
+    for spec in specs or ["128:2048", "128:16384:causal", "128:2048:causal", "64:2048:causal",
+                          "256:2048:causal", "128:4096:causal:llama"]:
+        d, s, *rest = spec.split(":")
+        d, s, causal = int(d), int(s), "causal" in rest
+        heads, batch, kv_heads = (32, 1, 8) if "llama" in rest else (2048 // d, 16384 // s, 2048 // d)
+        block_m, block_n = tile_config(d)
+        m_blocks, bh = -(-s // block_m), batch * heads
+        per_q_head = 2 * s * d * 2 // (heads // kv_heads)  # K and V bytes a query head reads
+        row = []
+        for mb in SECTIONS_MB:
+            section = max(1, min(bh, (mb << 20) // per_q_head))
+            dyn = [cost(m, m_blocks, causal, block_m, block_n) for m in order(m_blocks, bh, section, causal, False)]
+            alt = [cost(m, m_blocks, causal, block_m, block_n) for m in order(m_blocks, bh, section, causal, True)]
+            row.append(f"{mb} MB ({section} heads): dynamic {balance_dynamic(dyn):.3f} "
+                       f"alternating {balance_alternating(alt):.3f}")
+        print(f"{spec:>22}  " + "  |  ".join(row))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
