@@ -409,14 +409,7 @@ def test_many_tile_calls_in_a_row_on_streams_and_in_a_graph():
             out, lse = cute_ops.flash_fwd(q, k, v, causal=causal)
         main.wait_stream(stream)
         _assert_matches_reference(q, k, v, out, lse, causal=causal)
-    outs = []
-    graph = capture_graph(lambda: outs.append(cute_ops.flash_fwd(q, k, v, causal=True)))
-    out, lse = outs[-1]  # the tensors the graph writes on every replay
-    for _ in range(3):
-        for t in (q, k, v):
-            t.copy_(torch.randn_like(t))
-        graph.replay()
-        _assert_matches_reference(q, k, v, out, lse, causal=True)
+    _replay_with_new_inputs(q, k, v, replays=3)
 
 
 @pytest.mark.gpu
@@ -638,17 +631,21 @@ def test_torch_compile_fullgraph():
                                varlen_block(*packed, cu, cu))
 
 
-@pytest.mark.gpu
-def test_cuda_graph_replay_with_new_inputs():
-    q, k, v = _qkv(2, 300, 300, 8, 2, 128, torch.bfloat16)
+def _replay_with_new_inputs(q, k, v, replays):
+    """A causal call captured in a graph, replayed over new values of q, k and v, each checked."""
     outs = []
     graph = capture_graph(lambda: outs.append(cute_ops.flash_fwd(q, k, v, causal=True)))
     out, lse = outs[-1]  # the tensors the graph writes on every replay
-    for _ in range(2):
+    for _ in range(replays):
         for t in (q, k, v):
             t.copy_(torch.randn_like(t))
         graph.replay()
         _assert_matches_reference(q, k, v, out, lse, causal=True)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_with_new_inputs():
+    _replay_with_new_inputs(*_qkv(2, 300, 300, 8, 2, 128, torch.bfloat16), replays=2)
 
 
 @pytest.mark.gpu
