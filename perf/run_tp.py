@@ -11,19 +11,21 @@ bf16 weights, each rank drawing its own part; decode over a cache of `CTX` keys 
 - llama3-70b decode at B in DECODE_70B and a prefill of PREFILL_70B, over all the GPUs (it does not
   fit on one). Its floor: each GPU's weights and KV rows read at the read ceiling measured here.
 
-`ours` is the model's decode step as it runs by default (Llama.fold_all_reduce). A tensor-parallel
-decode row also reports, measured in the same run: `step_us_folded`, the step with each all-reduce
-folded into the gemvs around it (cute_ops.GemvExchange; where the batch takes gemv, B <= 8);
-`step_us_nccl`, the step with NCCL's all-reduce between plain gemvs; `step_us_no_allreduce`, the
-step with the all-reduces left out (wrong sums: timing only); `allreduce_us_per_step`, our step's
-time over that one (what the all-reduces cost it), and the same for the two ways
-(`allreduce_us_per_step_folded`, `_nccl`); `allreduce_us_each`, one NCCL all-reduce of [B, hidden]
-alone, in a graph of 64. Timing is CUDA-graph replay of
+`ours` is the model's decode step as it runs by default (TensorParallel's all_reduce_kind "auto":
+PyTorch's symmetric-memory one-shot all-reduce for a decode step's rows). A tensor-parallel decode
+row also reports, measured in the same run: `step_us_nccl`, the step with NCCL's all-reduce
+(all_reduce_kind "nccl"); `step_us_folded`, the step with each all-reduce folded into the gemvs
+around it (cute_ops.GemvExchange; where the batch takes gemv, B <= 8); `step_us_no_allreduce`,
+the step with the all-reduces left out (wrong sums: timing only); `allreduce_us_per_step`, our
+step's time over that one (what the all-reduces cost it), and the same for the other ways
+(`allreduce_us_per_step_nccl`, `_folded`); `allreduce_us_each` / `allreduce_us_each_nccl`, one
+all-reduce of [B, hidden] alone (ours / NCCL's), in a graph of 64. Timing is CUDA-graph replay of
 STEP_CALLS decode steps (prefill: eager calls), a fixed number of rounds on every rank (the ranks'
 collectives must pair up, so no rank may size its rounds from its own timings), median over rounds.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -114,17 +116,20 @@ def decode_variants(model: Llama, batch: int) -> dict[str, float]:
     """Our step's time and, for several ranks, the steps it is compared with (see the docstring)."""
     if model.tp.world_size == 1:
         return {"ours": decode_us(model, batch)}
-    tp, default = model.tp, model.fold_all_reduce
-    times = {}
-    # The folded step exists where the batch takes gemv; above that both settings run NCCL's.
-    for fold in (True, False) if batch <= GEMV_MAX_ROWS else (False,):
-        model.fold_all_reduce = fold
-        times["folded" if fold else "nccl"] = decode_us(model, batch)
+    tp, hidden = model.tp, model.config.hidden_size
+    nccl = dataclasses.replace(tp, all_reduce_kind="nccl")
+    times = {"ours": decode_us(model, batch)}
+    model.tp = nccl
+    times["nccl"] = decode_us(model, batch)
+    if batch <= GEMV_MAX_ROWS:  # the folded step exists where the batch takes gemv
+        model.fold_all_reduce = True
+        times["folded"] = decode_us(model, batch)
+        model.fold_all_reduce = False
     model.tp = _NoAllReduce(tp.rank, tp.world_size, tp.group)
     times["none"] = decode_us(model, batch)
-    model.tp, model.fold_all_reduce = tp, default
-    times["ours"] = times["folded" if default and "folded" in times else "nccl"]
-    times["nccl_each"] = all_reduce_us(tp, batch, model.config.hidden_size, torch.bfloat16)
+    model.tp = tp
+    times["each"] = all_reduce_us(tp, batch, hidden, torch.bfloat16)
+    times["each_nccl"] = all_reduce_us(nccl, batch, hidden, torch.bfloat16)
     return times
 
 
@@ -137,14 +142,14 @@ def tp_row(op: str, shape: dict, us: float, baselines: dict[str, float], ceil: d
     r = row(case, {"ours": us, **baselines}, {"ours": TIMING}, ceil)
     if times and "none" in times:
         m = r["metrics"]
-        for way in ("folded", "nccl"):
-            if way not in times:
-                continue
-            m[f"step_us_{way}"] = round(times[way], 1)
-            m[f"allreduce_us_per_step_{way}"] = round(times[way] - times["none"], 1)
         m["step_us_no_allreduce"] = round(times["none"], 1)
         m["allreduce_us_per_step"] = round(times["ours"] - times["none"], 1)
-        m["allreduce_us_each"] = round(times["nccl_each"], 2)
+        for way in ("nccl", "folded"):
+            if way in times:
+                m[f"step_us_{way}"] = round(times[way], 1)
+                m[f"allreduce_us_per_step_{way}"] = round(times[way] - times["none"], 1)
+        m["allreduce_us_each"] = round(times["each"], 2)
+        m["allreduce_us_each_nccl"] = round(times["each_nccl"], 2)
     return r
 
 

@@ -9,6 +9,8 @@ kernels and CUDA-graph decode, against transformers in float64.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import pytest
@@ -86,6 +88,35 @@ def test_multicast_stays_off(monkeypatch):
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
     with pytest.raises(RuntimeError, match="NCCL_NVLS_ENABLE=1 would allow NVLink multicast"):
         disable_multicast()
+
+
+def test_which_all_reduces_take_the_one_shot_path():
+    """TensorParallel.takes_one_shot's rules that a CPU can check (the CUDA ones: the next test):
+    a CPU tensor (gloo) and one rank never take it; an unknown kind is refused; the buffer holds a
+    B = 64 decode step of the 70B's rows."""
+    from cute_ops.models.llama.parallel import ONE_SHOT_MAX_BYTES
+
+    two = TensorParallel(0, 2)
+    assert not two.takes_one_shot(torch.ones(1, 4096, dtype=torch.bfloat16))  # CPU: gloo through NCCL's call
+    assert not TensorParallel().takes_one_shot(torch.ones(1, 4096, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="all_reduce_kind must be one of"):
+        TensorParallel(0, 2, all_reduce_kind="one_shot")
+    assert ONE_SHOT_MAX_BYTES >= 64 * 8192 * 2  # a B = 64 decode step of the 70B's rows
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA tensor")
+def test_one_shot_rules_on_cuda_tensors():
+    from cute_ops.models.llama.parallel import ONE_SHOT_MAX_BYTES
+
+    two = TensorParallel(0, 2)
+    row = torch.ones(8, 4096, dtype=torch.bfloat16, device="cuda")
+    assert two.takes_one_shot(row) == hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy_out")
+    assert not dataclasses.replace(two, all_reduce_kind="nccl").takes_one_shot(row)
+    assert not two.takes_one_shot(row.half())  # the kernel has bfloat16 and float32 only
+    assert not two.takes_one_shot(row[:, :4095])  # not contiguous
+    assert not two.takes_one_shot(row.view(-1)[1:4097])  # starts 2 bytes into a 16-byte vector
+    assert not two.takes_one_shot(torch.ones(ONE_SHOT_MAX_BYTES // 2 + 8, dtype=torch.bfloat16, device="cuda"))
 
 
 def _reassemble(parts: list[Llama]) -> dict[str, torch.Tensor]:
@@ -314,6 +345,7 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
 
     if plant == "fold":  # not a bug: the gemv decode step with its all-reduces folded into the gemvs
         Llama.fold_all_reduce = True
+    kind = "nccl" if plant == "nccl" else "auto"  # not a bug either: NCCL for every all-reduce
     if plant == "wrong kv heads":
         split = TensorParallel.hf_split
 
@@ -333,7 +365,7 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
         _use_reference_ops()
     dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
     try:
-        tp = TensorParallel(rank, world)
+        tp = TensorParallel(rank, world, all_reduce_kind=kind)
         torch.manual_seed(0)  # the same sequences on every rank
         seqs = [torch.randint(0, cfg.vocab_size, (n + STEPS,)) for n in LENGTHS]
         model = from_hf_state_dict(cfg, sd, dtype=torch.bfloat16, device=device, tp=tp)
@@ -439,11 +471,13 @@ def test_planted_bug_fails_the_two_rank_check(tmp_path, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="tensor parallelism over NCCL needs 2 GPUs")
-@pytest.mark.parametrize("fold", [False, True], ids=["nccl_all_reduce", "folded_all_reduce"])
-def test_two_gpus_match_one(tmp_path, fold):
+@pytest.mark.parametrize("way", ["auto", "nccl", "fold"], ids=["one_shot_all_reduce", "nccl_all_reduce",
+                                                                "folded_all_reduce"])
+def test_two_gpus_match_one(tmp_path, way):
     """NCCL, the real kernels, CUDA-graph decode: TP=2 and TP=1 each within the LLaMA parity
-    tests' bound of transformers in float64; the same greedy tokens. fold: the gemv decode steps'
-    all-reduces folded into the gemvs (Llama.fold_all_reduce)."""
+    tests' bound of transformers in float64; the same greedy tokens. way: the all-reduce as the
+    model runs it by default (one-shot for decode rows, NCCL for prefill), NCCL's for every one,
+    or the gemv decode steps' all-reduces folded into the gemvs (Llama.fold_all_reduce)."""
     from test_llama import _hf_models
     cfg = _cfg()
     sd = _state_dict(cfg)
@@ -457,4 +491,5 @@ def test_two_gpus_match_one(tmp_path, fold):
     one = ([x.cpu() for x in _run(one_model, seqs, "cuda")], *_greedy(one_model, "cuda", cuda_graphs=True))
     del one_model, hf
     torch.cuda.empty_cache()
-    _check_against_one_rank(_run_ranks(tmp_path, 2, "nccl", cfg, sd, plant="fold" if fold else None), one, ref, low)
+    _check_against_one_rank(_run_ranks(tmp_path, 2, "nccl", cfg, sd, plant=None if way == "auto" else way), one, ref,
+                            low)

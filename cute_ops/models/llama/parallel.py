@@ -14,13 +14,19 @@ Rank r holds query heads [r Hq/N, (r+1) Hq/N) and kv heads [r Hkv/N, (r+1) Hkv/N
 Hkv those are exactly the kv heads its query heads read (query head h reads kv head h // (Hq/Hkv)),
 so attention needs no communication and each rank's KV cache holds its kv heads only.
 
+The all-reduce of a decode step's few rows is latency, not bandwidth: NCCL's ring takes ~13 us for
+one 8 KB row over NVLink (docs/perf-notes.md). Up to ONE_SHOT_MAX_BYTES on CUDA it goes through
+PyTorch's symmetric-memory one-shot all-reduce instead (each rank copies its rows into a buffer the
+others map, and after a barrier loads every rank's rows over NVLink and sums them: one kernel, peer
+loads only); larger ones (prefill) and float16 (which that kernel lacks) through NCCL.
+
 NVLink multicast stays off in every process (MULTICAST_OFF): a program using it can put a shared
 host's GPUs out of service, so nothing here calls cuMulticastCreate or PyTorch's multimem ops.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,6 +35,13 @@ from .config import LlamaConfig
 
 # Environment that keeps NCCL, PyTorch's symmetric memory and NVSHMEM off NVLink multicast.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+# The largest all-reduce (bytes) that takes the one-shot path: a decode step's [B, hidden] rows up to
+# B = 64 at hidden 8192. The symmetric buffer each rank maps is this size, one per dtype and device.
+ONE_SHOT_MAX_BYTES = 1 << 20
+# What TensorParallel.all_reduce may call: "auto" (one-shot where it applies, NCCL elsewhere) or
+# "nccl" (NCCL always: the comparison in perf/run_tp.py and the tests).
+ALL_REDUCE_KINDS = ("auto", "nccl")
 
 # HF tensor name suffix -> (the dim it is split along, the size that is split: "q", "kv" or "inter").
 _SPLITS = {
@@ -50,16 +63,24 @@ def disable_multicast() -> None:
 @dataclass(frozen=True)
 class TensorParallel:
     """This process's place among `world_size` ranks that share one model; `group` is the
-    torch.distributed process group of the collectives (None: the default group). The default,
-    one rank, is the single-GPU model: the same code path with no communication."""
+    torch.distributed process group of the collectives (None: the default group); `all_reduce_kind`
+    one of ALL_REDUCE_KINDS. The default, one rank, is the single-GPU model: the same code path with
+    no communication."""
 
     rank: int = 0
     world_size: int = 1
     group: Any = None
+    all_reduce_kind: str = "auto"
+    # (device, dtype) -> this rank's symmetric buffer for the one-shot all-reduce, made by the first
+    # all-reduce that takes it (a collective: every rank makes it at the same call).
+    _buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ValueError(f"TensorParallel: need 0 <= rank < world_size, got rank {self.rank} of {self.world_size}")
+        if self.all_reduce_kind not in ALL_REDUCE_KINDS:
+            raise ValueError(f"TensorParallel: all_reduce_kind must be one of {ALL_REDUCE_KINDS}, "
+                             f"got {self.all_reduce_kind!r}")
 
     @classmethod
     def from_torchrun(cls, world_size: int, backend: str = "nccl") -> "TensorParallel":
@@ -122,12 +143,52 @@ class TensorParallel:
 
     # -- collectives (no-ops for one rank); capturable in a CUDA graph
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        """Sum of x over the ranks, in place; returns x."""
-        if self.world_size > 1:
-            import torch.distributed as dist
+        """Sum of x over the ranks, in place; returns x. The one-shot path where it applies
+        (takes_one_shot), NCCL's otherwise; both are captured by CUDA graphs, but the first one-shot
+        call of a dtype on a device makes its buffer and must run outside capture (a warm-up step,
+        as Generator's first decode of each batch size is)."""
+        if self.world_size == 1:
+            return x
+        if self.takes_one_shot(x):
+            buf, name = self._symmetric_buffer(x)
+            # Copies x into this rank's buffer, sums every rank's over NVLink into x (out= x: each
+            # thread writes only the elements it copied, after the barrier).
+            torch.ops.symm_mem.one_shot_all_reduce_copy_out(buf[:x.numel()].view(x.shape), x, "sum", name, x)
+            return x
+        import torch.distributed as dist
 
-            dist.all_reduce(x, group=self.group)
+        dist.all_reduce(x, group=self.group)
         return x
+
+    def takes_one_shot(self, x: torch.Tensor) -> bool:
+        """Whether all_reduce(x) runs the symmetric-memory one-shot kernel: several ranks, kind
+        "auto", a contiguous CUDA tensor of bfloat16 or float32 (the kernel's types) of at most
+        ONE_SHOT_MAX_BYTES, its start and size multiples of 16 bytes (the kernel's vector width),
+        and a PyTorch that has the op."""
+        nbytes = x.numel() * x.element_size()
+        return (self.world_size > 1 and self.all_reduce_kind == "auto" and x.is_cuda and x.is_contiguous()
+                and x.dtype in (torch.bfloat16, torch.float32) and 0 < nbytes <= ONE_SHOT_MAX_BYTES
+                and nbytes % 16 == 0 and x.storage_offset() * x.element_size() % 16 == 0
+                and hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy_out"))
+
+    def _symmetric_buffer(self, x: torch.Tensor) -> tuple[torch.Tensor, str]:
+        """This rank's one-shot buffer for x's dtype and device (made and exchanged with the other
+        ranks on first use) and the group's name."""
+        import torch.distributed as dist
+        import torch.distributed._symmetric_memory as symm_mem
+
+        name = (self.group or dist.group.WORLD).group_name
+        key = (x.device, x.dtype)
+        if key not in self._buffers:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("TensorParallel.all_reduce: the first one-shot all-reduce of "
+                                   f"{x.dtype} on {x.device} makes its symmetric buffer, which cannot happen "
+                                   "inside CUDA graph capture: run one step eagerly before capturing")
+            disable_multicast()  # the buffer's mapping must not ask for a multicast object
+            buf = symm_mem.empty(ONE_SHOT_MAX_BYTES // x.element_size(), dtype=x.dtype, device=x.device)
+            symm_mem.rendezvous(buf, name)
+            self._buffers[key] = buf
+        return self._buffers[key], name
 
     def gather_vocab(self, logits: torch.Tensor, vocab: int) -> torch.Tensor:
         """Every rank's [rows, vocab_rows] logits side by side: [rows, vocab] (the padding dropped)."""
