@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/peer_all_reduce_layout.h"
 #include "common/registration.h"
 #include "flash_decode/flash_decode_supported.h"
 #include "flash_fwd/flash_fwd_supported.h"
@@ -90,6 +91,17 @@ TORCH_LIBRARY(cute_ops, m) {
   m.def("gemv_exchange_buffer(Tensor like, int slots, int world, int hidden) -> Tensor");
   m.def("gemv_exchange_handle(Tensor buffer) -> Tensor");
   m.def("gemv_exchange_open(Tensor buffer, Tensor handle) -> Tensor");
+
+  // ---- allreduce (csrc/allreduce) ---------------------------------------------------------
+  // x (in place) = the sum of x over the ranks of one host, for tensors of at most 1 MiB (a decode
+  // step's rows; allreduce/peer_all_reduce.h). workspace: this rank's, of
+  // peer_all_reduce_workspace_bytes(world) bytes, zeroed, mapped by every rank; workspaces: every
+  // rank's workspace's address in this process (this rank's at [rank]).
+  m.def("peer_all_reduce(Tensor(a!) x, Tensor(b!) workspace, int[] workspaces, int rank) -> ()");
+  m.def("peer_all_reduce_workspace_bytes(int world) -> int", [](int64_t world) {
+    return cute_ops::PeerLayout{world}.bytes();
+  });
+  m.def("peer_all_reduce_max_bytes() -> int", []() { return cute_ops::kPeerMaxBytes; });
 
   // ---- rope (csrc/rope) -------------------------------------------------------------------
   // Rotate-half RoPE applied in place to q [..., Hq, D] and k [..., Hkv, D] at `positions`;

@@ -5,6 +5,7 @@ kernels, its input rules and Meta impl in <family>_checks.cpp, its CUDA impl); e
 declared in csrc/torch_bindings.cpp.
 """
 from ._library import cuda_kernels_available, schemas_loaded
+from .allreduce import PeerAllReduce
 from .decode import dequantize_kv, flash_decode, kv_scale, quantize_kv
 from .errors import (DeviceDataError, DeviceError, check_errors, get_device_error_mode, read_errors,
                      set_device_error_mode)
@@ -38,6 +39,7 @@ __all__ = [
     "kv_scale",
     "Llama3RopeScaling",
     "pack_gate_up",
+    "PeerAllReduce",
     "quantize_kv",
     "read_errors",
     "rms_norm",

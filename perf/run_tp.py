@@ -12,14 +12,14 @@ bf16 weights, each rank drawing its own part; decode over a cache of `CTX` keys 
   fit on one). Its floor: each GPU's weights and KV rows read at the read ceiling measured here.
 
 `ours` is the model's decode step as it runs by default (TensorParallel's all_reduce_kind "auto":
-PyTorch's symmetric-memory one-shot all-reduce for a decode step's rows). A tensor-parallel decode
-row also reports, measured in the same run: `step_us_nccl`, the step with NCCL's all-reduce
-(all_reduce_kind "nccl"); `step_us_folded`, the step with each all-reduce folded into the gemvs
-around it (cute_ops.GemvExchange; where the batch takes gemv, B <= 8); `step_us_no_allreduce`,
-the step with the all-reduces left out (wrong sums: timing only); `allreduce_us_per_step`, our
-step's time over that one (what the all-reduces cost it), and the same for the other ways
-(`allreduce_us_per_step_nccl`, `_folded`); `allreduce_us_each` / `allreduce_us_each_nccl`, one
-all-reduce of [B, hidden] alone (ours / NCCL's), in a graph of 64. Timing is CUDA-graph replay of
+cute_ops.PeerAllReduce for a decode step's rows). A tensor-parallel decode row also reports,
+measured in the same run: `step_us_one_shot`, the step with PyTorch's symmetric-memory one-shot
+all-reduce (kind "one_shot"); `step_us_nccl`, with NCCL's (kind "nccl"); `step_us_folded`, with
+each all-reduce folded into the gemvs around it (cute_ops.GemvExchange; where the batch takes
+gemv, B <= 8); `step_us_no_allreduce`, with the all-reduces left out (wrong sums: timing only);
+`allreduce_us_per_step`, our step's time over that one (what the all-reduces cost it), and the
+same for the other ways (`allreduce_us_per_step_one_shot`, `_nccl`, `_folded`);
+`allreduce_us_each` / `_one_shot` / `_nccl`, one all-reduce of [B, hidden] alone, in a graph of 64. Timing is CUDA-graph replay of
 STEP_CALLS decode steps (prefill: eager calls), a fixed number of rounds on every rank (the ranks'
 collectives must pair up, so no rank may size its rounds from its own timings), median over rounds.
 """
@@ -117,10 +117,11 @@ def decode_variants(model: Llama, batch: int) -> dict[str, float]:
     if model.tp.world_size == 1:
         return {"ours": decode_us(model, batch)}
     tp, hidden = model.tp, model.config.hidden_size
-    nccl = dataclasses.replace(tp, all_reduce_kind="nccl")
+    others = {kind: dataclasses.replace(tp, all_reduce_kind=kind) for kind in ("one_shot", "nccl")}
     times = {"ours": decode_us(model, batch)}
-    model.tp = nccl
-    times["nccl"] = decode_us(model, batch)
+    for kind, other in others.items():
+        model.tp = other
+        times[kind] = decode_us(model, batch)
     if batch <= GEMV_MAX_ROWS:  # the folded step exists where the batch takes gemv
         model.fold_all_reduce = True
         times["folded"] = decode_us(model, batch)
@@ -129,7 +130,8 @@ def decode_variants(model: Llama, batch: int) -> dict[str, float]:
     times["none"] = decode_us(model, batch)
     model.tp = tp
     times["each"] = all_reduce_us(tp, batch, hidden, torch.bfloat16)
-    times["each_nccl"] = all_reduce_us(nccl, batch, hidden, torch.bfloat16)
+    for kind, other in others.items():
+        times[f"each_{kind}"] = all_reduce_us(other, batch, hidden, torch.bfloat16)
     return times
 
 
@@ -144,12 +146,14 @@ def tp_row(op: str, shape: dict, us: float, baselines: dict[str, float], ceil: d
         m = r["metrics"]
         m["step_us_no_allreduce"] = round(times["none"], 1)
         m["allreduce_us_per_step"] = round(times["ours"] - times["none"], 1)
-        for way in ("nccl", "folded"):
+        for way in ("one_shot", "nccl", "folded"):
             if way in times:
                 m[f"step_us_{way}"] = round(times[way], 1)
                 m[f"allreduce_us_per_step_{way}"] = round(times[way] - times["none"], 1)
         m["allreduce_us_each"] = round(times["each"], 2)
-        m["allreduce_us_each_nccl"] = round(times["each_nccl"], 2)
+        for way in ("one_shot", "nccl"):
+            if f"each_{way}" in times:
+                m[f"allreduce_us_each_{way}"] = round(times[f"each_{way}"], 2)
     return r
 
 

@@ -90,33 +90,41 @@ def test_multicast_stays_off(monkeypatch):
         disable_multicast()
 
 
-def test_which_all_reduces_take_the_one_shot_path():
-    """TensorParallel.takes_one_shot's rules that a CPU can check (the CUDA ones: the next test):
-    a CPU tensor (gloo) and one rank never take it; an unknown kind is refused; the buffer holds a
-    B = 64 decode step of the 70B's rows."""
+def test_which_all_reduces_take_which_path():
+    """TensorParallel's all-reduce paths, the rules a CPU can check (the CUDA ones: the next test):
+    a CPU tensor (gloo) and one rank take neither kernel; an unknown kind is refused; the one-shot
+    buffer holds a B = 64 decode step of the 70B's rows."""
     from cute_ops.models.llama.parallel import ONE_SHOT_MAX_BYTES
 
-    two = TensorParallel(0, 2)
-    assert not two.takes_one_shot(torch.ones(1, 4096, dtype=torch.bfloat16))  # CPU: gloo through NCCL's call
-    assert not TensorParallel().takes_one_shot(torch.ones(1, 4096, dtype=torch.bfloat16))
+    row = torch.ones(1, 4096, dtype=torch.bfloat16)
+    for kind in ("auto", "one_shot"):
+        two = TensorParallel(0, 2, all_reduce_kind=kind)
+        assert not two.takes_peer(row) and not two.takes_one_shot(row)
+    assert not TensorParallel().takes_peer(row) and not TensorParallel().takes_one_shot(row)
     with pytest.raises(ValueError, match="all_reduce_kind must be one of"):
-        TensorParallel(0, 2, all_reduce_kind="one_shot")
-    assert ONE_SHOT_MAX_BYTES >= 64 * 8192 * 2  # a B = 64 decode step of the 70B's rows
+        TensorParallel(0, 2, all_reduce_kind="multimem")
+    assert ONE_SHOT_MAX_BYTES >= 64 * 8192 * 2
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA tensor")
-def test_one_shot_rules_on_cuda_tensors():
+def test_all_reduce_path_rules_on_cuda_tensors():
     from cute_ops.models.llama.parallel import ONE_SHOT_MAX_BYTES
 
-    two = TensorParallel(0, 2)
+    auto, one_shot = TensorParallel(0, 2), TensorParallel(0, 2, all_reduce_kind="one_shot")
+    nccl = TensorParallel(0, 2, all_reduce_kind="nccl")
     row = torch.ones(8, 4096, dtype=torch.bfloat16, device="cuda")
-    assert two.takes_one_shot(row) == hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy_out")
-    assert not dataclasses.replace(two, all_reduce_kind="nccl").takes_one_shot(row)
-    assert not two.takes_one_shot(row.half())  # the kernel has bfloat16 and float32 only
-    assert not two.takes_one_shot(row[:, :4095])  # not contiguous
-    assert not two.takes_one_shot(row.view(-1)[1:4097])  # starts 2 bytes into a 16-byte vector
-    assert not two.takes_one_shot(torch.ones(ONE_SHOT_MAX_BYTES // 2 + 8, dtype=torch.bfloat16, device="cuda"))
+    # auto: the peer kernel for 16-bit and float32 rows up to 1 MiB, 8-byte granules.
+    assert auto.takes_peer(row) and auto.takes_peer(row.half()) and auto.takes_peer(row.float())
+    assert not auto.takes_one_shot(row) and not nccl.takes_peer(row) and not one_shot.takes_peer(row)
+    assert not auto.takes_peer(row[:, :4095])  # not contiguous
+    assert not auto.takes_peer(row.view(-1)[:3])  # 6 bytes
+    assert not auto.takes_peer(torch.ones(64 * 8192 + 4, dtype=torch.bfloat16, device="cuda"))
+    # one_shot: bfloat16 and float32, 16-byte granules, a PyTorch that has the op.
+    assert one_shot.takes_one_shot(row) == hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy_out")
+    assert not nccl.takes_one_shot(row) and not one_shot.takes_one_shot(row.half())
+    assert not one_shot.takes_one_shot(row.view(-1)[1:4097])  # starts 2 bytes into a 16-byte vector
+    assert not one_shot.takes_one_shot(torch.ones(ONE_SHOT_MAX_BYTES // 2 + 8, dtype=torch.bfloat16, device="cuda"))
 
 
 def _reassemble(parts: list[Llama]) -> dict[str, torch.Tensor]:
@@ -345,7 +353,8 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
 
     if plant == "fold":  # not a bug: the gemv decode step with its all-reduces folded into the gemvs
         Llama.fold_all_reduce = True
-    kind = "nccl" if plant == "nccl" else "auto"  # not a bug either: NCCL for every all-reduce
+    # Not bugs either: NCCL's or PyTorch's one-shot all-reduce for every decode step's rows.
+    kind = plant if plant in ("nccl", "one_shot") else "auto"
     if plant == "wrong kv heads":
         split = TensorParallel.hf_split
 
@@ -471,13 +480,14 @@ def test_planted_bug_fails_the_two_rank_check(tmp_path, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="tensor parallelism over NCCL needs 2 GPUs")
-@pytest.mark.parametrize("way", ["auto", "nccl", "fold"], ids=["one_shot_all_reduce", "nccl_all_reduce",
-                                                                "folded_all_reduce"])
+@pytest.mark.parametrize("way", ["auto", "one_shot", "nccl", "fold"],
+                         ids=["peer_all_reduce", "one_shot_all_reduce", "nccl_all_reduce", "folded_all_reduce"])
 def test_two_gpus_match_one(tmp_path, way):
     """NCCL, the real kernels, CUDA-graph decode: TP=2 and TP=1 each within the LLaMA parity
     tests' bound of transformers in float64; the same greedy tokens. way: the all-reduce as the
-    model runs it by default (one-shot for decode rows, NCCL for prefill), NCCL's for every one,
-    or the gemv decode steps' all-reduces folded into the gemvs (Llama.fold_all_reduce)."""
+    model runs it by default (PeerAllReduce up to 1 MiB, NCCL above), PyTorch's one-shot, NCCL's
+    for every one, or the gemv decode steps' all-reduces folded into the gemvs
+    (Llama.fold_all_reduce)."""
     from test_llama import _hf_models
     cfg = _cfg()
     sd = _state_dict(cfg)

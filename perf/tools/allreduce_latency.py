@@ -4,7 +4,8 @@ multicast, as a decode graph runs it:
 
     torchrun --nproc-per-node 2 perf/tools/allreduce_latency.py [--rows 1 8 32] [--hidden 4096]
 
-Ways: NCCL's all-reduce (what the model calls today, TensorParallel.all_reduce), and PyTorch's
+Ways: cute_ops.PeerAllReduce (`peer`: what the model calls, TensorParallel.all_reduce), NCCL's
+all-reduce, and PyTorch's
 symmetric-memory one-shot all-reduce (every rank loads the others' rows over NVLink and sums them):
 `one_shot_copy` copies a plain tensor into the symmetric buffer first (what the model could call
 as it is), `one_shot` reads a tensor already there (what a producer writing into the buffer, a
@@ -62,13 +63,21 @@ def measure(rows: int, hidden: int, group) -> dict[str, float | str]:
     nccl_sum = x.clone()
     dist.all_reduce(nccl_sum, group=group)
     one_shot = torch.ops.symm_mem.one_shot_all_reduce_copy(buf, x, "sum", name)
+    import cute_ops
+
+    peer = cute_ops.PeerAllReduce(torch.device("cuda", torch.cuda.current_device()), group)
+    peer_sum = peer(x.clone())
     torch.cuda.synchronize()
+    if not torch.equal(peer_sum, nccl_sum):
+        raise RuntimeError(f"rank {dist.get_rank()}: PeerAllReduce's sums differ from NCCL's")
     if not torch.equal(one_shot, nccl_sum):
         raise RuntimeError(f"rank {dist.get_rank()}: the one-shot all-reduce's sums differ from NCCL's "
                            f"(largest difference {(one_shot.float() - nccl_sum.float()).abs().max().item()})")
     out: dict[str, float | str] = {}
     y = x.clone()  # NCCL's sums in place, replay after replay: values grow, times do not
+    z = x.clone()  # the peer kernel's sums in place, as NCCL's
     ways = {
+        "peer": lambda: [peer(z) for _ in range(CALLS)],
         "nccl": lambda: [dist.all_reduce(y, group=group) for _ in range(CALLS)],
         "one_shot_copy": lambda: [torch.ops.symm_mem.one_shot_all_reduce_copy(buf, x, "sum", name)
                                   for _ in range(CALLS)],
@@ -76,6 +85,7 @@ def measure(rows: int, hidden: int, group) -> dict[str, float | str]:
         "linear": lambda: [torch.nn.functional.linear(x, w) for _ in range(CALLS)],
         "linear+nccl": lambda: [dist.all_reduce(torch.nn.functional.linear(x, w), group=group)
                                 for _ in range(CALLS)],
+        "linear+peer": lambda: [peer(torch.nn.functional.linear(x, w)) for _ in range(CALLS)],
         "linear+one_shot_copy": lambda: [torch.ops.symm_mem.one_shot_all_reduce_copy(
             buf, torch.nn.functional.linear(x, w), "sum", name) for _ in range(CALLS)],
     }
@@ -94,7 +104,7 @@ def measure(rows: int, hidden: int, group) -> dict[str, float | str]:
             for rest in list(ways)[list(ways).index(way) + 1:]:
                 out[rest] = "not run: a way before it failed on some rank"
             break
-    for way in ("nccl", "one_shot_copy"):  # what each adds to a chain of projections
+    for way in ("peer", "nccl", "one_shot_copy"):  # what each adds to a chain of projections
         if isinstance(out.get(f"linear+{way}"), float) and isinstance(out.get("linear"), float):
             out[f"added_by_{way}"] = round(out[f"linear+{way}"] - out["linear"], 2)
     return out

@@ -15,10 +15,12 @@ Hkv those are exactly the kv heads its query heads read (query head h reads kv h
 so attention needs no communication and each rank's KV cache holds its kv heads only.
 
 The all-reduce of a decode step's few rows is latency, not bandwidth: NCCL's ring takes ~13 us for
-one 8 KB row over NVLink (docs/perf-notes.md). Up to ONE_SHOT_MAX_BYTES on CUDA it goes through
-PyTorch's symmetric-memory one-shot all-reduce instead (each rank copies its rows into a buffer the
-others map, and after a barrier loads every rank's rows over NVLink and sums them: one kernel, peer
-loads only); larger ones (prefill) and float16 (which that kernel lacks) through NCCL.
+one 8 KB row over NVLink (docs/perf-notes.md), and as an ordinary launch it stops the next gemv from
+starting its weight stream early. By default ("auto") a CUDA tensor of up to 1 MiB goes through
+cute_ops.PeerAllReduce (one kernel, a programmatic dependent of the projection before it, the
+next one launching as it starts); larger ones (prefill) through NCCL. "one_shot" takes PyTorch's
+symmetric-memory one-shot all-reduce instead where it applies (bfloat16/float32), "nccl" NCCL for
+every one: the comparisons of perf/run_tp.py and the tests.
 
 NVLink multicast stays off in every process (MULTICAST_OFF): a program using it can put a shared
 host's GPUs out of service, so nothing here calls cuMulticastCreate or PyTorch's multimem ops.
@@ -36,12 +38,12 @@ from .config import LlamaConfig
 # Environment that keeps NCCL, PyTorch's symmetric memory and NVSHMEM off NVLink multicast.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
-# The largest all-reduce (bytes) that takes the one-shot path: a decode step's [B, hidden] rows up to
-# B = 64 at hidden 8192. The symmetric buffer each rank maps is this size, one per dtype and device.
+# The largest all-reduce (bytes) PyTorch's one-shot path takes here: the symmetric buffer each rank
+# maps for it is this size, one per dtype and device.
 ONE_SHOT_MAX_BYTES = 1 << 20
-# What TensorParallel.all_reduce may call: "auto" (one-shot where it applies, NCCL elsewhere) or
-# "nccl" (NCCL always: the comparison in perf/run_tp.py and the tests).
-ALL_REDUCE_KINDS = ("auto", "nccl")
+# What TensorParallel.all_reduce calls (the module docstring says when): "auto" (PeerAllReduce),
+# "one_shot" (PyTorch's symmetric-memory one-shot) or "nccl".
+ALL_REDUCE_KINDS = ("auto", "one_shot", "nccl")
 
 # HF tensor name suffix -> (the dim it is split along, the size that is split: "q", "kv" or "inter").
 _SPLITS = {
@@ -71,8 +73,8 @@ class TensorParallel:
     world_size: int = 1
     group: Any = None
     all_reduce_kind: str = "auto"
-    # (device, dtype) -> this rank's symmetric buffer for the one-shot all-reduce, made by the first
-    # all-reduce that takes it (a collective: every rank makes it at the same call).
+    # What the first all-reduce that takes each path makes (a collective: every rank makes it at the
+    # same call): ("peer", device) -> PeerAllReduce; (device, dtype) -> the one-shot's symmetric buffer.
     _buffers: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -143,12 +145,15 @@ class TensorParallel:
 
     # -- collectives (no-ops for one rank); capturable in a CUDA graph
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        """Sum of x over the ranks, in place; returns x. The one-shot path where it applies
-        (takes_one_shot), NCCL's otherwise; both are captured by CUDA graphs, but the first one-shot
-        call of a dtype on a device makes its buffer and must run outside capture (a warm-up step,
-        as Generator's first decode of each batch size is)."""
+        """Sum of x over the ranks, in place; returns x. PeerAllReduce or the one-shot where the
+        kind and x allow (takes_peer, takes_one_shot), NCCL otherwise. All are captured by CUDA
+        graphs, but the first call of a path on a device (of a dtype, for the one-shot) makes its
+        buffers and must run outside capture (a warm-up step, as Generator's first decode of each
+        batch size is)."""
         if self.world_size == 1:
             return x
+        if self.takes_peer(x):
+            return self._made(("peer", x.device), lambda: self._peer_all_reduce(x.device))(x)
         if self.takes_one_shot(x):
             buf, name = self._symmetric_buffer(x)
             # Copies x into this rank's buffer, sums every rank's over NVLink into x (out= x: each
@@ -160,16 +165,45 @@ class TensorParallel:
         dist.all_reduce(x, group=self.group)
         return x
 
+    def takes_peer(self, x: torch.Tensor) -> bool:
+        """Whether all_reduce(x) runs cute_ops.PeerAllReduce: several ranks, kind "auto", the peer
+        kernel built, and x a tensor it takes (PeerAllReduce.takes: CUDA, 16-bit or float32, up to
+        1 MiB)."""
+        if not (self.world_size > 1 and self.all_reduce_kind == "auto" and x.is_cuda):
+            return False
+        from ...allreduce import PeerAllReduce
+        from ..._library import cuda_kernels_available
+
+        if not cuda_kernels_available("peer_all_reduce"):
+            return False
+        return PeerAllReduce.takes(x)
+
     def takes_one_shot(self, x: torch.Tensor) -> bool:
-        """Whether all_reduce(x) runs the symmetric-memory one-shot kernel: several ranks, kind
-        "auto", a contiguous CUDA tensor of bfloat16 or float32 (the kernel's types) of at most
+        """Whether all_reduce(x) runs PyTorch's symmetric-memory one-shot kernel: several ranks, kind
+        "one_shot", a contiguous CUDA tensor of bfloat16 or float32 (the kernel's types) of at most
         ONE_SHOT_MAX_BYTES, its start and size multiples of 16 bytes (the kernel's vector width),
         and a PyTorch that has the op."""
         nbytes = x.numel() * x.element_size()
-        return (self.world_size > 1 and self.all_reduce_kind == "auto" and x.is_cuda and x.is_contiguous()
+        return (self.world_size > 1 and self.all_reduce_kind == "one_shot" and x.is_cuda and x.is_contiguous()
                 and x.dtype in (torch.bfloat16, torch.float32) and 0 < nbytes <= ONE_SHOT_MAX_BYTES
                 and nbytes % 16 == 0 and x.storage_offset() * x.element_size() % 16 == 0
                 and hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy_out"))
+
+    def _made(self, key, make):
+        """self._buffers[key], made by make() on first use (outside CUDA graph capture)."""
+        if key not in self._buffers:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(f"TensorParallel.all_reduce: the first all-reduce of its kind {key} makes its "
+                                   "buffers, which cannot happen inside CUDA graph capture: run one step eagerly "
+                                   "before capturing")
+            disable_multicast()  # the mappings must not ask for a multicast object
+            self._buffers[key] = make()
+        return self._buffers[key]
+
+    def _peer_all_reduce(self, device):
+        from ...allreduce import PeerAllReduce
+
+        return PeerAllReduce(device, self.group)
 
     def _symmetric_buffer(self, x: torch.Tensor) -> tuple[torch.Tensor, str]:
         """This rank's one-shot buffer for x's dtype and device (made and exchanged with the other
@@ -178,17 +212,13 @@ class TensorParallel:
         import torch.distributed._symmetric_memory as symm_mem
 
         name = (self.group or dist.group.WORLD).group_name
-        key = (x.device, x.dtype)
-        if key not in self._buffers:
-            if torch.cuda.is_current_stream_capturing():
-                raise RuntimeError("TensorParallel.all_reduce: the first one-shot all-reduce of "
-                                   f"{x.dtype} on {x.device} makes its symmetric buffer, which cannot happen "
-                                   "inside CUDA graph capture: run one step eagerly before capturing")
-            disable_multicast()  # the buffer's mapping must not ask for a multicast object
+
+        def make():
             buf = symm_mem.empty(ONE_SHOT_MAX_BYTES // x.element_size(), dtype=x.dtype, device=x.device)
             symm_mem.rendezvous(buf, name)
-            self._buffers[key] = buf
-        return self._buffers[key], name
+            return buf
+
+        return self._made((x.device, x.dtype), make), name
 
     def gather_vocab(self, logits: torch.Tensor, vocab: int) -> torch.Tensor:
         """Every rank's [rows, vocab_rows] logits side by side: [rows, vocab] (the padding dropped)."""

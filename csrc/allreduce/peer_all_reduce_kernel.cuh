@@ -1,0 +1,134 @@
+#pragma once
+// The kernel of peer_all_reduce (peer_all_reduce.h says what it does and why it is safe).
+// Names: a line is 8 bytes of x as two words w = (data << 0) | (epoch << 32); `mine` is this
+// rank's lines, held in registers from the load to the sum.
+#include <cstdint>
+#include <cstdio>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "allreduce/peer_all_reduce.h"
+#include "common/pdl.h"
+
+namespace cute_ops::allreduce {
+
+// Seconds a call waits for a peer before it traps: a rank that died or took another path would
+// otherwise hang this one forever.
+constexpr uint64_t kTimeoutNs = 30ull * 1000 * 1000 * 1000;
+
+__device__ __forceinline__ void store_line(void* p, uint32_t lo, uint32_t hi, uint32_t epoch) {
+  const uint64_t a = (static_cast<uint64_t>(epoch) << 32) | lo, b = (static_cast<uint64_t>(epoch) << 32) | hi;
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+
+__device__ __forceinline__ void load_line(const void* p, uint64_t& a, uint64_t& b) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// The 8 bytes of x in a line as floats (4 16-bit values or 2 float32).
+template <typename T>
+struct Lane {
+  static constexpr int kValues = 8 / sizeof(T);
+  __device__ static void add(float (&acc)[4], uint32_t lo, uint32_t hi) {
+    const uint32_t w[2] = {lo, hi};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if constexpr (sizeof(T) == 4) {
+        acc[i] += __uint_as_float(w[i]);
+      } else {
+        const T* v = reinterpret_cast<const T*>(&w[i]);
+        acc[2 * i] += static_cast<float>(v[0]);
+        acc[2 * i + 1] += static_cast<float>(v[1]);
+      }
+    }
+  }
+  __device__ static uint2 pack(const float (&acc)[4]) {
+    uint2 out;
+    uint32_t* w = &out.x;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if constexpr (sizeof(T) == 4) {
+        w[i] = __float_as_uint(acc[i]);
+      } else {
+        T v[2] = {static_cast<T>(acc[2 * i]), static_cast<T>(acc[2 * i + 1])};
+        w[i] = *reinterpret_cast<const uint32_t*>(v);
+      }
+    }
+    return out;
+  }
+};
+
+template <typename T, int kWorld>
+__global__ void __launch_bounds__(kPeerThreads) peer_all_reduce_kernel(const PeerAllReduceParams p) {
+  // The next kernel (a gemv) may launch now and start its weight copies; it waits for this
+  // kernel's end before it reads x.
+  allow_dependent_launch();
+  wait_for_previous_grid();  // x comes from the previous kernel
+
+  const PeerLayout layout{kWorld};
+  char* own = static_cast<char*>(p.workspaces[p.rank]);
+  uint32_t* uses = reinterpret_cast<uint32_t*>(own + layout.uses()) + blockIdx.x;
+  __shared__ uint32_t call;
+  if (threadIdx.x == 0) call = *reinterpret_cast<volatile uint32_t*>(uses);
+  __syncthreads();
+  const uint32_t epoch = call + 1, parity = call & 1;
+
+  uint2 mine[kPeerLinesPerThread];
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kPeerLinesPerBlock + threadIdx.x;
+  uint2* x = static_cast<uint2*>(p.x);
+#pragma unroll
+  for (int i = 0; i < kPeerLinesPerThread; ++i) {
+    const int64_t line = first + i * kPeerThreads;
+    if (line < p.lines) mine[i] = x[line];
+  }
+  // Into every peer's inbox of this rank (over NVLink), all stores before any wait.
+#pragma unroll
+  for (int step = 1; step < kWorld; ++step) {
+    const int peer = (p.rank + step) % kWorld;
+    char* inbox = static_cast<char*>(p.workspaces[peer]) + layout.inbox(parity, p.rank);
+#pragma unroll
+    for (int i = 0; i < kPeerLinesPerThread; ++i) {
+      const int64_t line = first + i * kPeerThreads;
+      if (line < p.lines) store_line(inbox + line * kPeerLineBytes, mine[i].x, mine[i].y, epoch);
+    }
+  }
+  // Every rank's values in rank order, from this rank's inboxes once their epochs are the call's.
+  const uint64_t start = global_ns();
+#pragma unroll
+  for (int i = 0; i < kPeerLinesPerThread; ++i) {
+    const int64_t line = first + i * kPeerThreads;
+    if (line >= p.lines) continue;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int r = 0; r < kWorld; ++r) {
+      uint32_t lo = mine[i].x, hi = mine[i].y;
+      if (r != p.rank) {
+        const char* at = own + layout.inbox(parity, r) + line * kPeerLineBytes;
+        uint64_t a, b;
+        for (int spins = 1;; ++spins) {
+          load_line(at, a, b);
+          if (static_cast<uint32_t>(a >> 32) == epoch && static_cast<uint32_t>(b >> 32) == epoch) break;
+          if (spins % 1024 == 0 && global_ns() - start > kTimeoutNs) {
+            printf("cute_ops peer_all_reduce: rank %d waited %llu s for rank %d's call %u; trapping\n", p.rank,
+                   static_cast<unsigned long long>(kTimeoutNs / 1000000000ull), r, epoch);
+            __trap();
+          }
+        }
+        lo = static_cast<uint32_t>(a), hi = static_cast<uint32_t>(b);
+      }
+      Lane<T>::add(acc, lo, hi);
+    }
+    x[line] = Lane<T>::pack(acc);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *uses = epoch;  // this CTA's calls, read by its next call
+}
+
+}  // namespace cute_ops::allreduce

@@ -1,0 +1,72 @@
+"""PeerAllReduce: the all-reduce of a tensor-parallel decode step's rows over the GPUs of one host,
+as one kernel that keeps the programmatic-dependent-launch chain of the kernels around it
+(csrc/allreduce/peer_all_reduce.h says how, and why it needs no fence or flag). The input rules
+are the C++ op's (csrc/allreduce/peer_all_reduce_checks.cpp)."""
+from __future__ import annotations
+
+import torch
+
+from ._library import require_kernels
+
+
+def _max_bytes() -> int:
+    """The largest tensor one call takes (kPeerMaxBytes, csrc/allreduce/peer_all_reduce_layout.h)."""
+    global _MAX_BYTES
+    if _MAX_BYTES is None:
+        _MAX_BYTES = int(torch.ops.cute_ops.peer_all_reduce_max_bytes())
+    return _MAX_BYTES
+
+
+_MAX_BYTES: int | None = None
+
+
+class PeerAllReduce:
+    """Sums tensors of up to :attr:`max_bytes` over the ranks of `group`, in place.
+
+    Every rank holds a workspace that every other rank maps (PyTorch's symmetric memory, peer
+    mappings over NVLink; no multicast object is made, see cute_ops.models.llama.parallel), and
+    each call stores its rank's values into the others' workspaces and sums what they stored into
+    its own. Building it is a collective over `group`; after that every rank must make the same
+    calls, with tensors of the same sizes, in the same order (as the ranks of a tensor-parallel
+    model do). Calls may be captured in CUDA graphs.
+
+    Args:
+        device: this rank's CUDA device.
+        group: the torch.distributed process group of the ranks (None: the default group); 1, 2,
+            4 or 8 ranks of one host.
+    """
+
+    def __init__(self, device, group=None):
+        import torch.distributed as dist
+        import torch.distributed._symmetric_memory as symm_mem
+
+        device = torch.device(device)
+        require_kernels("peer_all_reduce")
+        group = group or dist.group.WORLD
+        self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
+        self.max_bytes = _max_bytes()
+        nbytes = torch.ops.cute_ops.peer_all_reduce_workspace_bytes(self.world)
+        self.workspace = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
+        # Zeroed (no line carries a call's epoch yet) before any peer can store into it: the
+        # rendezvous is the ranks' barrier, so the zeroing must have ended on the device first.
+        self.workspace.zero_()
+        torch.cuda.synchronize(device)
+        handle = symm_mem.rendezvous(self.workspace, group.group_name)
+        self.workspaces = [int(p) for p in handle.buffer_ptrs]
+        if self.workspaces[self.rank] != self.workspace.data_ptr():
+            raise RuntimeError("PeerAllReduce: the symmetric memory's address for this rank is not its workspace's")
+        self._handle = handle  # keeps the peers' mappings alive
+
+    @staticmethod
+    def takes(x: torch.Tensor) -> bool:
+        """Whether a call takes x: a contiguous CUDA tensor of float16, bfloat16 or float32, a
+        multiple of 8 bytes up to max_bytes, 8-byte aligned (on the workspace's device)."""
+        nbytes = x.numel() * x.element_size()
+        return (x.is_cuda and x.is_contiguous() and x.dtype in (torch.float16, torch.bfloat16, torch.float32)
+                and 0 < nbytes <= _max_bytes() and nbytes % 8 == 0 and x.data_ptr() % 8 == 0)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x summed over the ranks, in place (each element in float32, in rank order, rounded once:
+        the same bits on every rank); returns x."""
+        torch.ops.cute_ops.peer_all_reduce(x, self.workspace, self.workspaces, self.rank)
+        return x
