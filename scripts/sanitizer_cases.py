@@ -3,6 +3,9 @@
 
     compute-sanitizer --tool memcheck  python3 scripts/sanitizer_cases.py
     compute-sanitizer --tool racecheck python3 scripts/sanitizer_cases.py [family ...]
+    # allreduce joins ranks: each rank under the tool (the other families run on every rank too)
+    torchrun --nproc-per-node 2 --no-python compute-sanitizer --tool memcheck \
+        python3 scripts/sanitizer_cases.py allreduce
 
 Shapes are tiny (the tools slow kernels down 10-100x) and odd (tails in every tile loop). The bad
 cases run in the default "record" mode: the kernels must report them without touching memory out
@@ -146,11 +149,38 @@ def gemv_cases():
         cute_ops.gemv(x, gate_up, norm_weight=rand(k), activation="swiglu")
 
 
+def allreduce_cases():
+    # Under torchrun (2+ GPUs): one line, a CTA's 1024 lines and one past, 17 odd rows, each dtype,
+    # several calls (the inbox parity flips). Alone (no torchrun): skipped, said so.
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        print("allreduce: skipped (run under torchrun with 2+ GPUs)")
+        return
+    import torch.distributed as dist
+
+    from cute_ops.models.llama.parallel import disable_multicast
+
+    disable_multicast()
+    rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", device_id=torch.device(DEV, rank))
+    ar = cute_ops.PeerAllReduce(torch.device(DEV, rank))
+    for dtype in (BF16, torch.float16, torch.float32):
+        for numel in (8 // dtype.itemsize, 1024 * 8 // dtype.itemsize, 1025 * 8 // dtype.itemsize, 17 * 1000):
+            for _ in range(3):
+                ar(rand(numel, dtype=dtype))
+    torch.cuda.synchronize()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def main():
     torch.manual_seed(0)
     chosen = sys.argv[1:]  # family names; default: all
     for name, run in (("norm", norm_cases), ("rope", rope_cases), ("flash_fwd", flash_fwd_cases),
-                      ("flash_decode", flash_decode_cases), ("gemm_pair", gemm_pair_cases), ("gemv", gemv_cases)):
+                      ("flash_decode", flash_decode_cases), ("gemm_pair", gemm_pair_cases), ("gemv", gemv_cases),
+                      ("allreduce", allreduce_cases)):
         if chosen and name not in chosen:
             continue
         run()
