@@ -1,7 +1,7 @@
 #pragma once
 // The kernel of peer_all_reduce (peer_all_reduce.h says what it does and why it is safe).
-// Names: a line is 8 bytes of x as two words w = (data << 0) | (epoch << 32); `mine` is this
-// rank's lines, held in registers from the load to the sum.
+// Names: a line is 8 bytes of x as two words w = (data << 0) | (epoch << 32), one a thread; `mine`
+// is this rank's line, held in registers from the load to the sum.
 #include <cstdint>
 #include <cstdio>
 
@@ -75,40 +75,29 @@ __global__ void __launch_bounds__(kPeerThreads) peer_all_reduce_kernel(const Pee
   const PeerLayout layout{kWorld};
   char* own = static_cast<char*>(p.workspaces[p.rank]);
   uint32_t* uses = reinterpret_cast<uint32_t*>(own + layout.uses()) + blockIdx.x;
+  const int64_t line = static_cast<int64_t>(blockIdx.x) * kPeerLinesPerBlock + threadIdx.x;
+  const bool active = line < p.lines;
+  uint2* x = static_cast<uint2*>(p.x);
+  const uint2 mine = active ? x[line] : make_uint2(0, 0);  // in flight with the count's load
   __shared__ uint32_t call;
   if (threadIdx.x == 0) call = *reinterpret_cast<volatile uint32_t*>(uses);
   __syncthreads();
   const uint32_t epoch = call + 1, parity = call & 1;
 
-  uint2 mine[kPeerLinesPerThread];
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kPeerLinesPerBlock + threadIdx.x;
-  uint2* x = static_cast<uint2*>(p.x);
+  if (active) {
+    // Into every peer's inbox of this rank (over NVLink), all stores before any wait.
 #pragma unroll
-  for (int i = 0; i < kPeerLinesPerThread; ++i) {
-    const int64_t line = first + i * kPeerThreads;
-    if (line < p.lines) mine[i] = x[line];
-  }
-  // Into every peer's inbox of this rank (over NVLink), all stores before any wait.
-#pragma unroll
-  for (int step = 1; step < kWorld; ++step) {
-    const int peer = (p.rank + step) % kWorld;
-    char* inbox = static_cast<char*>(p.workspaces[peer]) + layout.inbox(parity, p.rank);
-#pragma unroll
-    for (int i = 0; i < kPeerLinesPerThread; ++i) {
-      const int64_t line = first + i * kPeerThreads;
-      if (line < p.lines) store_line(inbox + line * kPeerLineBytes, mine[i].x, mine[i].y, epoch);
+    for (int step = 1; step < kWorld; ++step) {
+      const int peer = (p.rank + step) % kWorld;
+      store_line(static_cast<char*>(p.workspaces[peer]) + layout.inbox(parity, p.rank) + line * kPeerLineBytes,
+                 mine.x, mine.y, epoch);
     }
-  }
-  // Every rank's values in rank order, from this rank's inboxes once their epochs are the call's.
-  const uint64_t start = global_ns();
-#pragma unroll
-  for (int i = 0; i < kPeerLinesPerThread; ++i) {
-    const int64_t line = first + i * kPeerThreads;
-    if (line >= p.lines) continue;
+    // Every rank's values in rank order, from this rank's inboxes once their epochs are the call's.
+    const uint64_t start = global_ns();
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int r = 0; r < kWorld; ++r) {
-      uint32_t lo = mine[i].x, hi = mine[i].y;
+      uint32_t lo = mine.x, hi = mine.y;
       if (r != p.rank) {
         const char* at = own + layout.inbox(parity, r) + line * kPeerLineBytes;
         uint64_t a, b;

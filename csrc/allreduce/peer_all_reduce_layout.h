@@ -14,9 +14,10 @@ namespace cute_ops {
 constexpr int kPeerMaxRanks = 8;
 constexpr int kPeerLineBytes = 16;    // what travels: two 8-byte words of (4 bytes of data, epoch)
 constexpr int kPeerPayloadBytes = 8;  // of the tensor, a line
-constexpr int kPeerThreads = 256;
-constexpr int kPeerLinesPerThread = 4;
-constexpr int kPeerLinesPerBlock = kPeerThreads * kPeerLinesPerThread;
+// One line a thread: every thread's loads, stores and first poll go out at once (a thread polling
+// several lines in turn pays an L2 round trip for each).
+constexpr int kPeerThreads = 1024;
+constexpr int kPeerLinesPerBlock = kPeerThreads;
 // The largest tensor one call takes: a decode step's [64, 8192] 16-bit rows.
 constexpr int64_t kPeerMaxBytes = int64_t{1} << 20;
 constexpr int64_t kPeerMaxLines = kPeerMaxBytes / kPeerPayloadBytes;
