@@ -130,3 +130,20 @@ def gpu_kernel_names(call) -> list[str]:
         torch.cuda.synchronize()
     return sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
                    and "emcpy" not in e.name and "emset" not in e.name})
+
+
+def run_ranks(target, world: int, *args, timeout: float = 300) -> None:
+    """target(rank, world, *args) in `world` spawned processes (one a GPU rank); fails unless every
+    one exits 0 within `timeout` seconds (a rank's traceback is on stderr), killing any left."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=target, args=(r, world, *args)) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=timeout)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    assert [p.exitcode for p in procs] == [0] * world, "a rank failed (its traceback is on stderr)"

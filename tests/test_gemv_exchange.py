@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 import cute_ops
 from cute_ops._library import schemas_loaded
@@ -161,14 +160,6 @@ def _worker(rank: int, world: int, init: str) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="the exchange joins ranks on 2 GPUs")
 def test_two_ranks_match_nccl_all_reduce(tmp_path):
-    ctx = mp.get_context("spawn")
-    init = f"file://{tmp_path}/rendezvous"
-    procs = [ctx.Process(target=_worker, args=(r, 2, init)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    assert [p.exitcode for p in procs] == [0, 0], "a rank failed (its traceback is on stderr)"
+    from conftest import run_ranks
+
+    run_ranks(_worker, 2, f"file://{tmp_path}/rendezvous")

@@ -14,7 +14,6 @@ import json
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from cute_ops._library import schemas_loaded
 
@@ -149,17 +148,10 @@ def _worker(rank: int, world: int, init: str, out: str, plant: bool) -> None:
 
 
 def _run(tmp_path, plant: bool) -> list[str]:
-    ctx = mp.get_context("spawn")
+    from conftest import run_ranks
+
     init, out = f"file://{tmp_path}/rendezvous", str(tmp_path / "failures.json")
-    procs = [ctx.Process(target=_worker, args=(r, 2, init, out, plant)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    assert [p.exitcode for p in procs] == [0, 0], "a rank failed (its traceback is on stderr)"
+    run_ranks(_worker, 2, init, out, plant)
     with open(out) as f:
         return json.load(f)
 
