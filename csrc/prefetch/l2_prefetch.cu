@@ -1,8 +1,6 @@
-// The kernel and launch of l2_prefetch (l2_prefetch.h says what it does): bulk prefetches (CuTe's
-// SM90_BULK_COPY_G2S::PREFETCH, the TMA unit's cp.async.bulk.prefetch.L2) of up to
-// kL2PrefetchChunkBytes each, one thread a CTA and as many CTAs as SMs: an SM's TMA unit works
-// through its requests at a fraction of the DRAM rate (8 MB from one SM took ~17 us, session 42),
-// so the chunks are spread over every SM. On GPUs before sm_90 it only keeps the stream's order.
+// The kernel and launch of l2_prefetch (l2_prefetch.h says what it does): one bulk prefetch
+// (CuTe's SM90_BULK_COPY_G2S::PREFETCH, the TMA unit's cp.async.bulk.prefetch.L2) of up to
+// kL2PrefetchChunkBytes a thread. On GPUs before sm_90 it only keeps the stream's order.
 #include <algorithm>
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -16,11 +14,11 @@ namespace cute_ops {
 
 namespace {
 
-__global__ void __launch_bounds__(32) l2_prefetch_kernel(const L2PrefetchParams p) {
+__global__ void __launch_bounds__(kL2PrefetchThreads) l2_prefetch_kernel(const L2PrefetchParams p) {
   allow_dependent_launch();
 #if defined(CUTE_ARCH_TMA_SM90_ENABLED)
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kL2PrefetchChunkBytes;
-  for (int64_t at = threadIdx.x == 0 ? static_cast<int64_t>(blockIdx.x) * kL2PrefetchChunkBytes : p.bytes;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * kL2PrefetchChunkBytes;
+  for (int64_t at = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kL2PrefetchChunkBytes;
        at < p.bytes; at += stride) {
     const int64_t left = p.bytes - at;
     const auto bytes = static_cast<int32_t>(left < kL2PrefetchChunkBytes ? left : kL2PrefetchChunkBytes);
@@ -38,8 +36,9 @@ void run_l2_prefetch(const L2PrefetchParams& p, cudaStream_t stream) {
   const DeviceInfo info = device_info(device);
   // Still launched for 0 bytes and before sm_90: the call is in the stream's order either way.
   const int64_t chunks = (p.bytes + kL2PrefetchChunkBytes - 1) / kL2PrefetchChunkBytes;
-  const int64_t ctas = std::clamp<int64_t>(chunks, 1, info.sms);
-  launch_dependent(info.major >= 9, l2_prefetch_kernel, dim3(static_cast<unsigned>(ctas)), dim3(32), 0, stream, p);
+  const int64_t ctas = std::clamp<int64_t>((chunks + kL2PrefetchThreads - 1) / kL2PrefetchThreads, 1, info.sms);
+  launch_dependent(info.major >= 9, l2_prefetch_kernel, dim3(static_cast<unsigned>(ctas)), dim3(kL2PrefetchThreads),
+                   0, stream, p);
 }
 
 }  // namespace cute_ops

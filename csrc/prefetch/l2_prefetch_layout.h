@@ -9,5 +9,6 @@ namespace cute_ops {
 // instruction's: a multiple of 16 bytes at a 16-byte aligned address).
 constexpr int64_t kL2PrefetchChunkBytes = 64 * 1024;
 constexpr int64_t kL2PrefetchGranule = 16;
+constexpr int kL2PrefetchThreads = 128;
 
 }  // namespace cute_ops
