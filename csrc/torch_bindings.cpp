@@ -103,11 +103,6 @@ TORCH_LIBRARY(cute_ops, m) {
   });
   m.def("peer_all_reduce_max_bytes() -> int", []() { return cute_ops::kPeerMaxBytes; });
 
-  // ---- prefetch (csrc/prefetch) -----------------------------------------------------------
-  // Asks L2 to fetch t's first `bytes` (a multiple of 16) from DRAM for a later kernel, in stream
-  // order (prefetch/l2_prefetch.h); changes no data.
-  m.def("l2_prefetch(Tensor t, int bytes) -> ()");
-
   // ---- rope (csrc/rope) -------------------------------------------------------------------
   // Rotate-half RoPE applied in place to q [..., Hq, D] and k [..., Hkv, D] at `positions`;
   // cos_sin_cache [max_position, rot_dim] holds cos in its first rot_dim/2 columns, sin after.

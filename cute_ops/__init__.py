@@ -13,7 +13,6 @@ from .flash import flash_attn_func, flash_attn_varlen_func, flash_fwd, flash_fwd
 from .gemv import GemvExchange, gemv, gemv_pull, gemv_push
 from .gemm_pair import fused_mlp, gemm_pair, pack_gate_up, unpack_gate_up
 from .norm import fused_add_rms_norm, rms_norm
-from .prefetch import l2_prefetch
 from .rope import Llama3RopeScaling, rope_cos_sin_cache, rope_inv_freq, rotary_embedding
 
 __version__ = "0.1.0"
@@ -38,7 +37,6 @@ __all__ = [
     "GemvExchange",
     "get_device_error_mode",
     "kv_scale",
-    "l2_prefetch",
     "Llama3RopeScaling",
     "pack_gate_up",
     "PeerAllReduce",

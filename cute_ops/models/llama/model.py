@@ -28,7 +28,6 @@ from ...flash import flash_fwd_varlen
 from ...gemm_pair import GATE_BLOCK, fused_mlp
 from ...gemv import MAX_ROWS as GEMV_MAX_ROWS, GemvExchange, gemv, gemv_pull, gemv_push
 from ...norm import fused_add_rms_norm, rms_norm
-from ...prefetch import l2_prefetch
 from ...rope import rope_cos_sin_cache, rotary_embedding
 from .config import LlamaConfig
 from .kv_cache import PagedKVCache
@@ -71,10 +70,6 @@ class Llama(torch.nn.Module):
     # False (the default: faster as measured, docs/perf-notes.md) calls NCCL's all-reduce between
     # plain gemvs.
     fold_all_reduce = False
-    # Bytes of each layer's gate/up weight a gemv decode step asks L2 to fetch while the layer's
-    # attention runs (cute_ops.l2_prefetch: DRAM idles there at small batches); 0: none. Off until
-    # measured a gain on both Hopper GPUs (docs/perf-notes.md, session 42).
-    l2_prefetch_bytes = 0
 
     def __init__(self, config: LlamaConfig, dtype: torch.dtype = torch.bfloat16, device="cuda",
                  tp: TensorParallel | None = None):
@@ -189,14 +184,11 @@ class Llama(torch.nn.Module):
         first = tp.rank == 0
         if tp.world_size > 1 and self.fold_all_reduce and x.is_cuda:
             return self._gemv_layers_exchanged(x, attention)
-        prefetch = self.l2_prefetch_bytes if x.is_cuda else 0
         for i, layer in enumerate(self.layers):
             qkv = gemv(residual, layer.wqkv, layer.attn_norm, eps)
             q, k, v = self._split_qkv(qkv, qkv.shape[:-1])
-            attn = attention(i, q, k, v).flatten(-2)
-            if prefetch:  # issued behind the attention kernel, while it runs
-                l2_prefetch(layer.w_gate_up, prefetch)
-            residual = tp.all_reduce(gemv(attn, layer.wo, residual=residual if first else None))
+            residual = tp.all_reduce(gemv(attention(i, q, k, v).flatten(-2), layer.wo,
+                                          residual=residual if first else None))
             act = gemv(residual, layer.w_gate_up, layer.mlp_norm, eps, activation="swiglu")
             residual = tp.all_reduce(gemv(act, layer.w_down, residual=residual if first else None))
         return gemv(residual, self.output_weight, self.norm, eps)
