@@ -22,7 +22,8 @@
 //       off: docs/perf-notes.md, issue 16 candidate 4) the `tail` shortest query blocks of every
 //       head leave their sections and come last, longest first across all heads, so the last
 //       waves are short whatever the section size (the balance model, perf/tools/
-//       flash_fwd_schedule.py --tail, gives 0.98-1.00 where the sections alone give 0.88-0.96).
+//       flash_fwd_schedule.py's "tail" column, gives 0.98-0.99 where the sections alone give
+//       0.88-0.96).
 //     The counter ([0] of two in TileSchedulerParams::counters) is the work's own
 //     (arrival_counters.h): the last CTA to finish ([1] counts them) sets both back to zero.
 #include <algorithm>
@@ -32,8 +33,13 @@
 
 #include "flash_fwd/flash_fwd.h"
 
+// Experiments, off (docs/perf-notes.md, issue 16 candidates 3 and 4): the causal tail (below) and
+// the producer's early fetch of its next tile (flash_fwd_kernel_sm90.h).
 #ifndef CUTE_OPS_FLASH_FWD_SM90_CAUSAL_TAIL
 #define CUTE_OPS_FLASH_FWD_SM90_CAUSAL_TAIL 0
+#endif
+#ifndef CUTE_OPS_FLASH_FWD_SM90_EARLY_FETCH
+#define CUTE_OPS_FLASH_FWD_SM90_EARLY_FETCH 0
 #endif
 #if CUTE_OPS_FLASH_FWD_SM90_CAUSAL_TAIL
 #include "common/cuda_check.h"

@@ -7,13 +7,17 @@
 #   VARIANTS="1:1:1" bash perf/tools/flash_fwd_variants.sh          # overlap, ping-pong, persistent: on
 #   VARIANTS="1:1:0 0:0:1" bash perf/tools/flash_fwd_variants.sh 128:16384 128:2048
 #   EXTRA_FLAGS="-DCUTE_OPS_FLASH_FWD_SM90_L2_SECTION_MB=8" bash perf/tools/flash_fwd_variants.sh 128:2048
+#   EXTRA_FLAGS="-DCUTE_OPS_FLASH_FWD_SM90_EARLY_FETCH=1 -DCUTE_OPS_FLASH_FWD_SM90_CAUSAL_TAIL=1" \
+#     bash perf/tools/flash_fwd_variants.sh 128:2048:causal    # the scheduler experiments (tile_scheduler_sm90.h)
 set -u
 out="${OUT:-build/flash_fwd_variants}"
 mkdir -p "$out"
 for v in ${VARIANTS:-1:1:1}; do
   IFS=: read -r overlap pingpong persistent <<<"$v"
   persistent=${persistent:-1}
-  tag="$overlap$pingpong$persistent"
+  # EXTRA_FLAGS' knobs in the log names, so that runs with other flags in one $OUT keep their logs.
+  extra=$(printf '%s' "${EXTRA_FLAGS:-}" | sed -e 's/-DCUTE_OPS_FLASH_FWD_SM90_//g' -e 's/[^A-Za-z0-9=]\+/_/g' -e 's/=/-/g')
+  tag="$overlap$pingpong$persistent${extra:+_$extra}"
   echo "== overlap $overlap, ping-pong $pingpong, persistent $persistent ${EXTRA_FLAGS:-}"
   if ! NVCC_APPEND_FLAGS="-DCUTE_OPS_FLASH_FWD_SM90_OVERLAP=$overlap -DCUTE_OPS_FLASH_FWD_SM90_PINGPONG=$pingpong \
 -DCUTE_OPS_FLASH_FWD_SM90_PERSISTENT=$persistent ${EXTRA_FLAGS:-}" \
