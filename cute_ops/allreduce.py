@@ -28,7 +28,9 @@ class PeerAllReduce:
     each call stores its rank's values into the others' workspaces and sums what they stored into
     its own. Building it is a collective over `group`; after that every rank must make the same
     calls, with tensors of the same sizes, in the same order (as the ranks of a tensor-parallel
-    model do). Calls may be captured in CUDA graphs.
+    model do), and a rank's calls must not overlap in time (one stream, or streams ordered by
+    events): each call's epochs come from counts the previous call left. Calls may be captured in
+    CUDA graphs.
 
     Args:
         device: this rank's CUDA device.
