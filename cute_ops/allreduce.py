@@ -62,13 +62,15 @@ class PeerAllReduce:
     @staticmethod
     def takes(x: torch.Tensor) -> bool:
         """Whether a call takes x: a contiguous CUDA tensor of float16, bfloat16 or float32, a
-        multiple of 8 bytes up to max_bytes, 8-byte aligned (on the workspace's device)."""
+        multiple of 8 bytes up to max_bytes, starting 8-byte aligned in its storage. Every rule is
+        the same on every rank for the same view of the same shapes (the storage offset, not the
+        address), so the ranks of a model always agree on the path."""
         nbytes = x.numel() * x.element_size()
         return (x.is_cuda and x.is_contiguous() and x.dtype in (torch.float16, torch.bfloat16, torch.float32)
-                and 0 < nbytes <= _max_bytes() and nbytes % 8 == 0 and x.data_ptr() % 8 == 0)
+                and 0 < nbytes <= _max_bytes() and nbytes % 8 == 0 and x.storage_offset() * x.element_size() % 8 == 0)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x summed over the ranks, in place (each element in float32, in rank order, rounded once:
-        the same bits on every rank); returns x."""
+        """x summed over the ranks, in place (each element in float32, in rank order, rounded to x's
+        dtype once for 16-bit x: the same bits on every rank); returns x."""
         torch.ops.cute_ops.peer_all_reduce(x, self.workspace, self.workspaces, self.rank)
         return x

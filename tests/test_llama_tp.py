@@ -9,7 +9,6 @@ kernels and CUDA-graph decode, against transformers in float64.
 """
 from __future__ import annotations
 
-import dataclasses
 
 import json
 
@@ -381,6 +380,10 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
         logits = _run(model, seqs, device)
         wide = _run(model, seqs, device, wide=True)
         tokens, _ = _greedy(model, device, cuda_graphs=backend == "nccl")
+        if backend == "nccl" and kind == "auto":  # the decode steps took the peer kernel, not NCCL's
+            assert any(key[0] == "peer" for key in tp._buffers), "no all-reduce took PeerAllReduce"
+        if backend == "nccl" and kind == "one_shot" and hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy_out"):
+            assert any(isinstance(key[0], torch.device) for key in tp._buffers), "no all-reduce took the one-shot"
         # Every rank must hold the same logits (the gather) and pick the same tokens.
         mine = torch.cat([x.flatten() for x in logits + wide]).float()
         everyone = [torch.empty_like(mine) for _ in range(world)]

@@ -5,8 +5,9 @@ CPU: the op's input rules (Meta impls) and the workspace size. Two GPUs (NCCL fo
 reference): sums against torch.distributed.all_reduce bit for bit (a two-rank sum is one float32
 add rounded once either way) and against float64, every rank the same bits; sizes from one line to
 the largest call; many calls of changing sizes, so each CTA's epoch and inbox parity must advance
-in step on both ranks; calls captured in a CUDA graph and replayed with new inputs; and a planted
-difference in one rank's input, which the check must catch.
+in step on both ranks; calls captured in a CUDA graph and replayed with new inputs; calls with no
+host sync between them while one rank is held back on the device; and a planted difference in
+one rank's input, which the check must catch.
 """
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from cute_ops._library import schemas_loaded
 
 pytestmark = pytest.mark.skipif(not schemas_loaded(), reason="cute_ops._C is not built")
 
-# (rows, cols): one line (8 bytes of bf16), odd row counts, 17 lines short of a CTA's 1024, a
-# decode step's rows of the 8B and 70B models, and the largest call (1 MiB).
+# (rows, cols), lines of bf16: one line (1 x 4), one CTA's 1024 (1 x 4096), odd row counts (17 x
+# 1000: 4250, a partial fifth CTA; 3 x 2728: 2 short of two CTAs), a decode step's rows of the 8B
+# and 70B models, one line past four CTAs (4097 x 4), and the largest call (64 x 8192, 1 MiB).
 SHAPES = [(1, 4), (1, 4096), (17, 1000), (3, 2728), (8, 4096), (1, 8192), (4097, 4), (64, 8192)]
 
 
@@ -138,6 +140,17 @@ def _worker(rank: int, world: int, init: str, out: str, plant: bool) -> None:
                 check(w, x, f"replay {replay}, call {j}")
         x = fresh((8, 4096), torch.bfloat16)
         check(ar(x.clone()), x, "eager after the replays")
+        # Calls back to back with no host sync between them, rank 1 held back on the device before
+        # every seventh (the other rank waits in its call for that one's lines), every result kept
+        # and checked at the end.
+        inputs = [fresh(((1, 8, 3, 64)[i % 4], 4096), torch.bfloat16) for i in range(64)]
+        outs = [x.clone() for x in inputs]
+        for i, out in enumerate(outs):
+            if rank == 1 and i % 7 == 0:
+                torch.cuda._sleep(200_000)  # some 100 us of spinning on the device
+            ar(out)
+        for i, (x, out) in enumerate(zip(inputs, outs)):
+            check(out, x, f"unsynchronised call {i}")
         torch.cuda.synchronize()
         dist.barrier()
         if rank == 0:

@@ -13,8 +13,9 @@
 //   of the tensor, each 4 of them beside a 4-byte epoch in one 8-byte word (an 8-byte aligned
 //   store is single-copy atomic, so a word whose epoch is the call's holds the call's data: no
 //   fence, no separate flag), then polls its own inbox until every peer's words carry the epoch,
-//   and sums every rank's values in rank order in float32, rounded once: the same bits on every
-//   rank (and NCCL's, for two ranks).
+//   and sums every rank's values in rank order in float32, rounded to x's dtype once (16-bit x;
+//   float32 x rounds at each add): the same bits on every rank, and NCCL's for two ranks (but
+//   for the sign of a zero sum: -0 + -0 gives +0 here).
 //
 // Epochs without resets: CTA b of every call counts its calls in uses[b] (its own workspace), and
 // a call's epoch is that count + 1; every rank makes the same calls, so the counts agree. A line
@@ -22,7 +23,13 @@
 // alternate between two inboxes by the count's parity: a rank overwrites a peer's line of call u
 // only in call u + 2, after it has read that peer's lines of call u + 1, which the peer stored
 // after its call u ended (each call waits for the kernel before it, and that one for its own
-// predecessor): the peer has read call u's line.
+// predecessor): the peer has read call u's line. That chain holds only while every kernel that
+// runs between two calls waits for its predecessor (griddepcontrol.wait, or an ordinary launch)
+// before it ends, as gemv and flash_decode do; a programmatic dependent that never waits would
+// let call u + 1 start before call u ends and read its count. Known limit: the epoch is a 32-bit
+// count, so after 2^32 calls of one CTA (CTA 0: about 57 hours of back-to-back decode
+// all-reduces) it wraps to 0 and a never-written line would match; the next kernel commit should
+// skip epoch 0.
 #include <cuda_runtime.h>
 
 #include "allreduce/peer_all_reduce_layout.h"

@@ -39,8 +39,14 @@ void check_peer_all_reduce(const at::Tensor& x, const at::Tensor& workspace, c10
                     op, ": workspace must be a contiguous uint8 tensor of ", need, " bytes for ", world,
                     " ranks (peer_all_reduce_workspace_bytes), got ", dtype_name(workspace.scalar_type()), " ",
                     shape_str(workspace));
+  check_aligned(workspace, kPeerLineBytes, op, "workspace");
   TORCH_CHECK_VALUE(workspace.is_meta() || workspaces[rank] == reinterpret_cast<int64_t>(workspace.data_ptr()), op,
                     ": workspaces[rank] must be this rank's workspace's address");
+  for (int64_t r = 0; r < world && !workspace.is_meta(); ++r) {
+    TORCH_CHECK_VALUE(workspaces[r] != 0 && workspaces[r] % kPeerLineBytes == 0, op, ": workspaces[", r,
+                      "] must be a rank's workspace address (non-null, ", kPeerLineBytes, "-byte aligned), got ",
+                      workspaces[r]);
+  }
 }
 
 TORCH_LIBRARY_IMPL(cute_ops, Meta, m) { m.impl("peer_all_reduce", &peer_all_reduce_meta); }

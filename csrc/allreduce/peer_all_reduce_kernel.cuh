@@ -35,7 +35,6 @@ __device__ __forceinline__ uint64_t global_ns() {
 // The 8 bytes of x in a line as floats (4 16-bit values or 2 float32).
 template <typename T>
 struct Lane {
-  static constexpr int kValues = 8 / sizeof(T);
   __device__ static void add(float (&acc)[4], uint32_t lo, uint32_t hi) {
     const uint32_t w[2] = {lo, hi};
 #pragma unroll
