@@ -10,12 +10,9 @@
 
 #include "allreduce/peer_all_reduce.h"
 #include "common/pdl.h"
+#include "common/peer_wait.h"
 
 namespace cute_ops::allreduce {
-
-// Seconds a call waits for a peer before it traps: a rank that died or took another path would
-// otherwise hang this one forever.
-constexpr uint64_t kTimeoutNs = 30ull * 1000 * 1000 * 1000;
 
 __device__ __forceinline__ void store_line(void* p, uint32_t lo, uint32_t hi, uint32_t epoch) {
   const uint64_t a = (static_cast<uint64_t>(epoch) << 32) | lo, b = (static_cast<uint64_t>(epoch) << 32) | hi;
@@ -24,12 +21,6 @@ __device__ __forceinline__ void store_line(void* p, uint32_t lo, uint32_t hi, ui
 
 __device__ __forceinline__ void load_line(const void* p, uint64_t& a, uint64_t& b) {
   asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
 }
 
 // The 8 bytes of x in a line as floats (4 16-bit values or 2 float32).
@@ -103,9 +94,9 @@ __global__ void __launch_bounds__(kPeerThreads) peer_all_reduce_kernel(const Pee
         for (int spins = 1;; ++spins) {
           load_line(at, a, b);
           if (static_cast<uint32_t>(a >> 32) == epoch && static_cast<uint32_t>(b >> 32) == epoch) break;
-          if (spins % 1024 == 0 && global_ns() - start > kTimeoutNs) {
+          if (spins % 1024 == 0 && global_ns() - start > kPeerWaitTimeoutNs) {
             printf("cute_ops peer_all_reduce: rank %d waited %llu s for rank %d's call %u; trapping\n", p.rank,
-                   static_cast<unsigned long long>(kTimeoutNs / 1000000000ull), r, epoch);
+                   static_cast<unsigned long long>(kPeerWaitTimeoutNs / 1000000000ull), r, epoch);
             __trap();
           }
         }

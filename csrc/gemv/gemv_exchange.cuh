@@ -4,13 +4,10 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "common/peer_wait.h"
 #include "gemv/gemv_exchange.h"
 
 namespace cute_ops::gemv {
-
-// Seconds a pull waits for the other ranks before it traps: a rank that died or took another
-// path would otherwise hang this one forever.
-constexpr uint64_t kExchangeTimeoutNs = 30ull * 1000 * 1000 * 1000;
 
 template <typename T>
 __device__ __forceinline__ GemvExchangeLayout exchange_layout(const GemvExchangeParams& e, int hidden) {
@@ -30,12 +27,6 @@ __device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
 
 __device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
 }
 
 // Push, after this CTA's rows are stored: raise its flag for the slot in every rank's buffer.
@@ -70,9 +61,9 @@ __device__ __forceinline__ void wait_for_pushes(const GemvExchangeParams& e, int
   for (int i = threadIdx.x; i < e.world * ctas; i += blockDim.x) {
     const uint32_t* flag = at_offset<const uint32_t>(own, layout.flags(e.slot, i / ctas)) + i % ctas;
     for (int spins = 1; static_cast<int32_t>(load_acquire_sys(flag) - expected) < 0; ++spins) {
-      if (spins % 1024 == 0 && global_ns() - start > kExchangeTimeoutNs) {
+      if (spins % 1024 == 0 && global_ns() - start > kPeerWaitTimeoutNs) {
         printf("cute_ops gemv: rank %d waited %llu s for rank %d's push %u of slot %d; trapping\n", e.rank,
-               static_cast<unsigned long long>(kExchangeTimeoutNs / 1000000000ull), i / ctas, expected, e.slot);
+               static_cast<unsigned long long>(kPeerWaitTimeoutNs / 1000000000ull), i / ctas, expected, e.slot);
         __trap();
       }
     }
