@@ -19,9 +19,10 @@ each all-reduce folded into the gemvs around it (cute_ops.GemvExchange; where th
 gemv, B <= 8); `step_us_no_allreduce`, with the all-reduces left out (wrong sums: timing only);
 `allreduce_us_per_step`, our step's time over that one (what the all-reduces cost it), and the
 same for the other ways (`allreduce_us_per_step_one_shot`, `_nccl`, `_folded`);
-`allreduce_us_each` / `_one_shot` / `_nccl`, one all-reduce of [B, hidden] alone, in a graph of 64. Timing is CUDA-graph replay of
-STEP_CALLS decode steps (prefill: eager calls), a fixed number of rounds on every rank (the ranks'
-collectives must pair up, so no rank may size its rounds from its own timings), median over rounds.
+`allreduce_us_each` / `_one_shot` / `_nccl`, one all-reduce of [B, hidden] alone, in a graph of 64.
+Timing is CUDA-graph replay of STEP_CALLS decode steps (prefill: eager calls), a fixed number of
+rounds on every rank (the ranks' collectives must pair up, so no rank may size its rounds from
+their own timings), median over rounds.
 """
 from __future__ import annotations
 
