@@ -22,7 +22,7 @@ same for the other ways (`allreduce_us_per_step_one_shot`, `_nccl`, `_folded`);
 `allreduce_us_each` / `_one_shot` / `_nccl`, one all-reduce of [B, hidden] alone, in a graph of 64.
 Timing is CUDA-graph replay of STEP_CALLS decode steps (prefill: eager calls), a fixed number of
 rounds on every rank (the ranks' collectives must pair up, so no rank may size its rounds from
-their own timings), median over rounds.
+its own timings), median over rounds.
 """
 from __future__ import annotations
 
