@@ -58,6 +58,12 @@ namespace cute_ops::gemv {
 #ifndef CUTE_OPS_GEMV_STAGES
 #define CUTE_OPS_GEMV_STAGES 3
 #endif
+// 1: W's copies mark their L2 lines evict-first (an experiment, off by default: docs/perf-notes.md,
+// session 43), so that a decode step's weight stream leaves the KV cache, activations and kernel
+// code in L2 from one layer to the next.
+#ifndef CUTE_OPS_GEMV_EVICT_FIRST
+#define CUTE_OPS_GEMV_EVICT_FIRST 0
+#endif
 
 constexpr int kWarps = CUTE_OPS_GEMV_WARPS;
 constexpr int kThreads = kWarps * 32;
@@ -121,12 +127,20 @@ __device__ __forceinline__ uint4* ring_slot(uint4* ring, int stage, int j) {
 template <typename T>
 __device__ __forceinline__ void copy_weight_step(uint4* ring, int stage, const T* w, const UnitRows& rows, int k,
                                                  int step, int c) {
+#if CUTE_OPS_GEMV_EVICT_FIRST
+  const uint64_t policy = sm80::l2_evict_first_policy();
+#endif
 #pragma unroll
   for (int i = 0; i < kChunks; ++i) {
     const int col = chunk_col(step, i, c);
     const bool in = col < k;  // k is a multiple of 8: a chunk is wholly in or out
+#if CUTE_OPS_GEMV_EVICT_FIRST
+    sm80::cp_async_16_hinted<256>(ring_slot(ring, stage, i), w + rows.lo * k + (in ? col : 0), in, policy);
+    sm80::cp_async_16_hinted<256>(ring_slot(ring, stage, kChunks + i), w + rows.hi * k + (in ? col : 0), in, policy);
+#else
     sm80::cp_async_16<256>(ring_slot(ring, stage, i), w + rows.lo * k + (in ? col : 0), in);
     sm80::cp_async_16<256>(ring_slot(ring, stage, kChunks + i), w + rows.hi * k + (in ? col : 0), in);
+#endif
   }
 }
 

@@ -6,11 +6,16 @@ each op must read and its rate against the copy ceiling, next to the graph-repla
 difference is idle time between kernels).
 
     python perf/tools/llama_breakdown.py [--preset llama3-8b] [--batch 1] [--ctx 512]
+    torchrun --nproc-per-node 2 perf/tools/llama_breakdown.py ...   # tensor parallel: rank 0's kernels
+
+Under torchrun every rank runs the same steps (the all-reduces pair up) and rank 0 prints; the
+bytes column is then one rank's share.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import os
 import pathlib
 import re
 import sys
@@ -19,13 +24,16 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from cute_ops.models.llama import PRESETS, Generator, Llama, PagedKVCache  # noqa: E402
+from cases_llama import decode_runner  # noqa: E402
+from cute_ops.models.llama import PRESETS, Llama  # noqa: E402
 from cute_ops.models.llama.__main__ import copy_ceiling_tbs  # noqa: E402
-from cute_ops.models.llama.generate import _Sequence  # noqa: E402
+from cute_ops.models.llama.parallel import TensorParallel  # noqa: E402
 
 # Kernel name fragments -> the op they belong to (first match wins).
-GROUPS = [("flash_decode", "flash_decode (RoPE + append + attention + merge)"),
+GROUPS = [("peer_all_reduce", "all-reduce (peer_all_reduce)"), ("nccl", "all-reduce (NCCL)"),
+          ("flash_decode", "flash_decode (RoPE + append + attention + merge)"),
           ("gemm_pair", "fused_mlp (gate/up, SwiGLU, down)"),
           ("rms_norm", "rms_norm / fused_add_rms_norm"),
           ("embedding", "embedding"), ("indexSelect", "embedding"),
@@ -57,15 +65,13 @@ def main() -> None:
                          "the gap to the previous kernel's end (us), to see where a layer's time goes")
     args = ap.parse_args()
     cfg = PRESETS[args.preset]
-    model = Llama.random(cfg)
-    cache = PagedKVCache.for_tokens(cfg, args.batch * (args.ctx + 64), max_seq_len=args.ctx + 64)
-    runner = Generator(model, cache, max_batch=args.batch)
-    prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.ctx)).tolist()
-    runner.generate(prompts, 2, stop_tokens=())  # fills the cache and captures the graph
-    for s in range(args.batch):  # the sequences again, left at ctx keys, for the timed steps
-        cache.allocator.allocate(10_000 + s, args.ctx + 8)
-    runner._load_batch([_Sequence(request=s, seq_id=10_000 + s, length=args.ctx, last=1) for s in range(args.batch)])
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    tp = TensorParallel.from_torchrun(world) if world > 1 else TensorParallel()
+    model = Llama.random(cfg, tp=tp)
+    runner = decode_runner(model, args.batch, args.ctx)  # sequences at position ctx over a random cache
+    cache = runner.cache
     b = args.batch
+    runner.decode_step(b)  # captures the bucket's graph
 
     def step_eager():
         model.decode(runner._tokens[:b], runner._seqlens[:b], runner._table[:b], cache)
@@ -98,7 +104,9 @@ def main() -> None:
         per_group[g] += max(0.0, end - max(start, covered)) / args.steps
         counts[g] += 1
         covered = max(covered, end)
-    esz = 2
+    if tp.rank != 0:
+        return
+    esz = 2 / tp.world_size  # bytes an element, over the ranks: one rank's share of each weight
     layer = cfg.hidden_size
     bytes_of = {
         "fused_mlp (gate/up, SwiGLU, down)": cfg.num_layers * 3 * cfg.intermediate_size * layer * esz,
@@ -113,7 +121,7 @@ def main() -> None:
     }
     ceiling = copy_ceiling_tbs("cuda")
     total_kernels = sum(per_group.values())
-    print(f"{torch.cuda.get_device_name()}, {args.preset} bf16, batch {b}, ctx {args.ctx}: graph-replayed step "
+    print(f"{torch.cuda.get_device_name()} (rank 0 of {tp.world_size}), {args.preset} bf16, batch {b}, ctx {args.ctx}: graph-replayed step "
           f"{graph_ms * 1e3:.0f} us; device busy in an eager step {total_kernels:.0f} us; copy ceiling "
           f"{ceiling:.2f} TB/s")
     print(f"| op | kernels / step | us / step | share | bytes read (MB) | TB/s | of copy ceiling |\n"

@@ -25,6 +25,29 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   }
 }
 
+// An L2 cache policy for cp_async_16_hinted: lines it brings are the first to go when L2 needs room.
+// For a stream read once (gemv's weights), so that it does not push out what is read again soon.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+// cp_async_16 with an L2 cache policy (createpolicy) on the lines it brings.
+template <int kL2Prefetch = 0>
+__device__ __forceinline__ void cp_async_16_hinted(void* smem, const void* gmem, bool valid, uint64_t policy) {
+  static_assert(kL2Prefetch == 0 || kL2Prefetch == 256);
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;
+  if constexpr (kL2Prefetch == 256) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(gmem),
+                 "r"(src_bytes), "l"(policy));
+  } else {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(gmem),
+                 "r"(src_bytes), "l"(policy));
+  }
+}
+
 // cp.async.cg (L2 only, never L1: data other CTAs write during the launch must not be served
 // stale from L1) with an L2 prefetch of kPrefetch (128 or 256) bytes around each 16-byte chunk.
 // Reading a row 128 bytes at a time, a 256-byte prefetch makes every other tile an L2 hit and
