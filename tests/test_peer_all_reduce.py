@@ -144,13 +144,13 @@ def _worker(rank: int, world: int, init: str, out: str, plant: bool) -> None:
         # every seventh (the other rank waits in its call for that one's lines), every result kept
         # and checked at the end.
         inputs = [fresh(((1, 8, 3, 64)[i % 4], 4096), torch.bfloat16) for i in range(64)]
-        outs = [x.clone() for x in inputs]
-        for i, out in enumerate(outs):
+        results = [x.clone() for x in inputs]
+        for i, y in enumerate(results):
             if rank == 1 and i % 7 == 0:
                 torch.cuda._sleep(200_000)  # some 100 us of spinning on the device
-            ar(out)
-        for i, (x, out) in enumerate(zip(inputs, outs)):
-            check(out, x, f"unsynchronised call {i}")
+            ar(y)
+        for i, (x, y) in enumerate(zip(inputs, results)):
+            check(y, x, f"unsynchronised call {i}")
         torch.cuda.synchronize()
         dist.barrier()
         if rank == 0:

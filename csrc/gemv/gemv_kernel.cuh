@@ -58,11 +58,11 @@ namespace cute_ops::gemv {
 #ifndef CUTE_OPS_GEMV_STAGES
 #define CUTE_OPS_GEMV_STAGES 3
 #endif
-// 1: W's copies mark their L2 lines evict-first (an experiment, off by default: docs/perf-notes.md,
-// session 43), so that a decode step's weight stream leaves the KV cache, activations and kernel
-// code in L2 from one layer to the next.
+// 1: W's copies mark their L2 lines evict-first, so that a decode step's weight stream (read once)
+// leaves the KV cache, activations and kernel code in L2 from one layer to the next: the step's
+// attention then runs ~5 us a layer faster (docs/perf-notes.md, session 43). 0: plain copies.
 #ifndef CUTE_OPS_GEMV_EVICT_FIRST
-#define CUTE_OPS_GEMV_EVICT_FIRST 0
+#define CUTE_OPS_GEMV_EVICT_FIRST 1
 #endif
 
 constexpr int kWarps = CUTE_OPS_GEMV_WARPS;

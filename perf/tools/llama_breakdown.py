@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Where the time of a LLaMA decode step goes: the kernels of one step (profiled on eager steps:
-the same kernels the step's CUDA graph replays), their device time per op (overlaps of kernels
-started early by programmatic dependent launch given to the kernel they wait for), with the bytes
-each op must read and its rate against the copy ceiling, next to the graph-replayed step time (the
-difference is idle time between kernels).
+"""Where the time of a LLaMA decode step goes: the kernels of one step (profiled on eager steps,
+the same kernels the step's CUDA graph replays, or with --graph on the replays themselves), their
+device time per op (overlaps of kernels started early by programmatic dependent launch given to
+the kernel they wait for), with the bytes each op must read and its rate against the copy
+ceiling, next to the graph-replayed step time (the difference is idle time between kernels).
 
     python perf/tools/llama_breakdown.py [--preset llama3-8b] [--batch 1] [--ctx 512]
     torchrun --nproc-per-node 2 perf/tools/llama_breakdown.py ...   # tensor parallel: rank 0's kernels
@@ -63,6 +63,9 @@ def main() -> None:
     ap.add_argument("--timeline", type=int, default=0, metavar="N",
                     help="also print N kernels of the last profiled step from its third layer on: start, end and "
                          "the gap to the previous kernel's end (us), to see where a layer's time goes")
+    ap.add_argument("--graph", action="store_true",
+                    help="profile the step's CUDA-graph replays instead of eager steps (eager steps of a "
+                         "tensor-parallel model are bound by the host's launches, which spreads the kernels out)")
     args = ap.parse_args()
     cfg = PRESETS[args.preset]
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -89,7 +92,10 @@ def main() -> None:
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(args.steps):
-            step_eager()
+            if args.graph:
+                runner.decode_step(b)
+            else:
+                step_eager()
         torch.cuda.synchronize()
     # Kernels launched with programmatic dependent launch start before their predecessor ends
     # and wait: their durations overlap. Each instant of device time goes to the kernel that
@@ -122,7 +128,7 @@ def main() -> None:
     ceiling = copy_ceiling_tbs("cuda")
     total_kernels = sum(per_group.values())
     print(f"{torch.cuda.get_device_name()} (rank 0 of {tp.world_size}), {args.preset} bf16, batch {b}, ctx {args.ctx}: graph-replayed step "
-          f"{graph_ms * 1e3:.0f} us; device busy in an eager step {total_kernels:.0f} us; copy ceiling "
+          f"{graph_ms * 1e3:.0f} us; device busy in a profiled step {total_kernels:.0f} us; copy ceiling "
           f"{ceiling:.2f} TB/s")
     print(f"| op | kernels / step | us / step | share | bytes read (MB) | TB/s | of copy ceiling |\n"
           f"|---|---|---|---|---|---|---|")
