@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "common/arrival_counters.h"
 #include "common/cuda_check.h"
 #include "common/torch_utils.h"
 #include "gemv/gemv.h"
@@ -46,7 +47,19 @@ at::Tensor gemv(const at::Tensor& x, const at::Tensor& weight, const std::option
   GemvParams p = weight_params(weight, norm_weight ? &*norm_weight : nullptr, eps, activation, x.size(0), cols, "gemv");
   set_inputs(p, x, residual);
   p.out = out.data_ptr();
-  run_gemv(p, current_stream(x));
+  const cudaStream_t stream = current_stream(x);
+  const int device = x.device().index();
+  const GemvSplitPlan plan = gemv_split_plan(p, device);
+  GemvSplitParams split;
+  at::Tensor split_sums;  // k-splits' workspace, held until the launch is queued (stream-ordered reuse)
+  if (plan.k_splits > 1) {
+    split_sums = at::empty({plan.sum_floats + plan.sum_sq_floats}, x.options().dtype(at::kFloat));
+    split.k_splits = plan.k_splits;
+    split.sums = split_sums.data_ptr<float>();
+    split.sum_sq = split.sums + plan.sum_floats;
+    split.counters = arrival_counters(device, stream, static_cast<size_t>(plan.units));
+  }
+  run_gemv(p, stream, {}, split);
   return out;
 }
 
