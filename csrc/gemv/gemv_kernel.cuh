@@ -239,10 +239,12 @@ __device__ __forceinline__ bool merge_slices(const GemvSplitParams& sp, const fl
       __stcg(sp.sum_sq + work * kGemvMaxRows + lane, t);
     }
   }
-  __threadfence();  // this slice's sums, before its count (the classic last-block pattern)
-  __syncwarp();
+  __syncwarp();  // every lane's stores, then lane 0's fence orders them before the count
   int last = 0;
-  if (lane == 0) last = atomicAdd(sp.counters + unit, 1) == n_splits - 1;
+  if (lane == 0) {
+    __threadfence();  // the classic last-block pattern
+    last = atomicAdd(sp.counters + unit, 1) == n_splits - 1;
+  }
   last = __shfl_sync(0xffffffffu, last, 0);
   if (!last) return false;
   __threadfence();  // the other slices' sums, stored before their counts
@@ -298,9 +300,15 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
   const int n_splits = kSplit ? sp.k_splits : 1;
   const int slice_steps = kSplit ? n_steps / n_splits : n_steps;  // gemv.cu splits where n_splits divides n_steps
   const int64_t n_work = n_units * n_splits;
-#endif
+  // This warp's items, in order: for each of the CTA's pieces, its steps warp, warp + kWarps, ...
+  // of the slice.
+  const int steps_per_unit = warp < slice_steps ? (slice_steps - warp + kWarps - 1) / kWarps : 0;
+  const int64_t cta_units = (n_work - blockIdx.x + gridDim.x - 1) / gridDim.x;
+#else
+  // This warp's items, in order: for each of the CTA's units, its steps warp, warp + kWarps, ...
   const int steps_per_unit = warp < n_steps ? (n_steps - warp + kWarps - 1) / kWarps : 0;
   const int64_t cta_units = (n_units - blockIdx.x + gridDim.x - 1) / gridDim.x;
+#endif
   const int64_t n_items = steps_per_unit * cta_units;
   // Starts item t's copies into stage t % kStages, and closes a copy group: one group an item,
   // empty past the last item, so that waiting for all but kStages - 1 groups is item t's wait.
@@ -340,7 +348,11 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     float sum_sq = 0.f;  // kNorm: of this lane's columns of x's row `token`
     for (int s = 0; s < steps_per_unit; ++s, ++item) {
+#if CUTE_OPS_GEMV_K_SPLITS
+      const int step = first_step + warp + s * kWarps;
+#else
       const int step = warp + s * kWarps;
+#endif
       copy_item(item + kStages - 1);  // into the stage this lane emptied last item
       uint4 x[kChunks], norm_w[kChunks];
       if constexpr (kPull) {
