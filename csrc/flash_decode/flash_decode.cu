@@ -37,11 +37,18 @@ int fill_slots(long long ctas, long long slots, int max_splits) {
 
 }  // namespace
 
+// Tiles of keys a split takes at least. An experiment's knob (docs/perf-notes.md, session 43): at
+// B = 1 over 4 kv heads (a tensor-parallel rank of LLaMA-3) and 512 keys, 2 leaves 16 CTAs of ~2
+// tiles each on 132 SMs, and the attention is a layer's longest fixed cost; 1 would run 36.
+#ifndef CUTE_OPS_DECODE_MIN_SPLIT_TILES
+#define CUTE_OPS_DECODE_MIN_SPLIT_TILES 2
+#endif
+
 int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int max_seqlen) {
   const int m_blocks = (flash_decode_rows(p) + kDecodeBlockM - 1) / kDecodeBlockM;
   const long long ctas = static_cast<long long>(p.b) * p.h_k * m_blocks;
   const int tiles = (max_seqlen + kDecodeBlockN - 1) / kDecodeBlockN;
-  const int max_splits = std::clamp(tiles / 2, 1, kDecodeMaxSplits);
+  const int max_splits = std::clamp(tiles / CUTE_OPS_DECODE_MIN_SPLIT_TILES, 1, kDecodeMaxSplits);
   // One CTA an SM, on an H200 too. Until session 28 the H200 (36 GB/s of DRAM an SM) got two, for
   // bytes in flight; once the block-table lookup was taken off the warps' critical path
   // (flash_decode_kernel.h, locate_slab), one did as well or better for contiguous and paged

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# A/B of a build knob on one warm machine, for a device run: builds the extension twice (A: the
+# default build, B: with $FLAGS), keeps both shared objects outside the repo, and runs each
+# command given under A, B, B, A (the extension swapped in place between rounds), so that drifts of
+# the machine fall on both sides alike. Optional $TESTS runs under B once, before the rounds (the
+# knob's own correctness first). Logs go to $OUT.
+#
+#   FLAGS="-DCUTE_OPS_GEMV_K_SPLITS=1" TESTS="tests/test_gemv.py" bash perf/tools/knob_ab.sh \
+#     "python3 perf/tools/llama_breakdown.py --graph | head -3" \
+#     "torchrun --nproc-per-node 2 perf/tools/llama_breakdown.py --graph | head -3"
+#
+# A full build each (about 80 s on 32 cores, 180 s on 16, with CUTE_OPS_ARCHS=90a); set
+# CUTE_OPS_FAMILIES to build fewer when the commands need fewer ops.
+set -u
+: "${FLAGS:?set FLAGS to nvcc flags, e.g. -DCUTE_OPS_GEMV_K_SPLITS=1}"
+out="${OUT:-build/knob_ab}"
+keep="$(mktemp -d)"
+mkdir -p "$out"
+export CXX="${CXX:-/usr/bin/g++}" MAX_JOBS="${MAX_JOBS:-$(nproc)}"
+
+build() {  # $1: nvcc flags, $2: A or B
+  rm -rf build
+  if ! NVCC_APPEND_FLAGS="$1" python3 -m pip install --no-deps --no-build-isolation -e . >"$out/build_$2.log" 2>&1; then
+    echo "build $2 failed"; tail -30 "$out/build_$2.log"; exit 1
+  fi
+  cp cute_ops/_C*.so "$keep/$2.so"
+}
+
+t0=$(date +%s)
+build "" A
+build "$FLAGS" B
+echo "built A and B ($FLAGS) in $(( $(date +%s) - t0 ))s"
+so=$(ls cute_ops/_C*.so)
+if [ -n "${TESTS:-}" ]; then
+  echo "== tests under B: $TESTS"
+  python3 -m pytest -q -ra $TESTS >"$out/tests_B.log" 2>&1; tail -3 "$out/tests_B.log"
+fi
+for round in A B B A; do
+  cp "$keep/$round.so" "$so"
+  for cmd in "$@"; do
+    echo "== $round: $cmd"
+    eval "$cmd" 2>&1 | tee -a "$out/ab_$round.log"
+  done
+done
+cp "$keep/A.so" "$so"  # the default build back in place
+rm -rf "$keep"
