@@ -145,8 +145,14 @@ def test_repeat_calls_are_bit_identical(variant):
     are few units, the shape k-splits split."""
     x, weight, kw = _inputs(3, 4096, 1000, torch.bfloat16, variant)
     first = cute_ops.gemv(x, weight, **kw)
-    for _ in range(8):
-        assert torch.equal(cute_ops.gemv(x, weight, **kw), first)
+    side, busy = torch.cuda.Stream(), torch.randn(2048, 2048, device="cuda")
+    for i in range(8):
+        if i % 2:  # a matmul on another stream takes SMs meanwhile: CTAs finish in another order
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                busy @ busy
+        assert torch.equal(cute_ops.gemv(x, weight, **kw), first), i
+    torch.cuda.synchronize()
 
 
 @pytest.mark.gpu

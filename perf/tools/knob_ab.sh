@@ -10,37 +10,46 @@
 #     "torchrun --nproc-per-node 2 perf/tools/llama_breakdown.py --graph | head -3"
 #
 # A full build each (about 80 s on 32 cores, 180 s on 16, with CUTE_OPS_ARCHS=90a); set
-# CUTE_OPS_FAMILIES to build fewer when the commands need fewer ops.
-set -u
+# CUTE_OPS_FAMILIES to build fewer when the commands need fewer ops. A failed build or a failed
+# test stops it; on any exit the default build is put back in place.
+set -uo pipefail
 : "${FLAGS:?set FLAGS to nvcc flags, e.g. -DCUTE_OPS_GEMV_K_SPLITS=1}"
-out="${OUT:-build/knob_ab}"
+out="${OUT:-/tmp/knob_ab}"
 keep="$(mktemp -d)"
 mkdir -p "$out"
 export CXX="${CXX:-/usr/bin/g++}" MAX_JOBS="${MAX_JOBS:-$(nproc)}"
+
+the_so() {  # the extension's one shared object (the editable install builds it in place)
+  local found=(cute_ops/_C*.so)
+  if [ "${#found[@]}" -ne 1 ] || [ ! -f "${found[0]}" ]; then echo "expected one cute_ops/_C*.so, found: ${found[*]}" >&2; exit 1; fi
+  echo "${found[0]}"
+}
 
 build() {  # $1: nvcc flags, $2: A or B
   rm -rf build
   if ! NVCC_APPEND_FLAGS="$1" python3 -m pip install --no-deps --no-build-isolation -e . >"$out/build_$2.log" 2>&1; then
     echo "build $2 failed"; tail -30 "$out/build_$2.log"; exit 1
   fi
-  cp cute_ops/_C*.so "$keep/$2.so"
+  cp "$(the_so)" "$keep/$2.so" || exit 1
 }
 
 t0=$(date +%s)
 build "" A
+trap 'cp "$keep/A.so" "$(the_so)"; rm -rf "$keep"' EXIT  # the default build back in place
 build "$FLAGS" B
 echo "built A and B ($FLAGS) in $(( $(date +%s) - t0 ))s"
-so=$(ls cute_ops/_C*.so)
+so=$(the_so)
 if [ -n "${TESTS:-}" ]; then
   echo "== tests under B: $TESTS"
-  python3 -m pytest -q -ra $TESTS >"$out/tests_B.log" 2>&1; tail -3 "$out/tests_B.log"
+  python3 -m pytest -q -ra $TESTS >"$out/tests_B.log" 2>&1
+  rc=$?
+  tail -3 "$out/tests_B.log"
+  [ "$rc" = 0 ] || { echo "tests under B failed: no timing"; exit 1; }
 fi
 for round in A B B A; do
-  cp "$keep/$round.so" "$so"
+  cp "$keep/$round.so" "$so" || exit 1
   for cmd in "$@"; do
     echo "== $round: $cmd"
     eval "$cmd" 2>&1 | tee -a "$out/ab_$round.log"
   done
 done
-cp "$keep/A.so" "$so"  # the default build back in place
-rm -rf "$keep"

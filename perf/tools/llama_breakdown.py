@@ -32,7 +32,7 @@ from cute_ops.models.llama.__main__ import copy_ceiling_tbs  # noqa: E402
 from cute_ops.models.llama.parallel import TensorParallel  # noqa: E402
 
 # Kernel name fragments -> the op they belong to (first match wins).
-GROUPS = [("peer_all_reduce", "all-reduce (peer_all_reduce)"), ("nccl", "all-reduce (NCCL)"),
+GROUPS = [("peer_all_reduce", "all-reduce (peer_all_reduce)"), ("nccl", "NCCL (the logits' all-gather; all-reduces)"),
           ("flash_decode", "flash_decode (RoPE + append + attention + merge)"),
           ("gemm_pair", "fused_mlp (gate/up, SwiGLU, down)"),
           ("rms_norm", "rms_norm / fused_add_rms_norm"),
