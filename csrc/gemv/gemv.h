@@ -45,9 +45,9 @@ struct GemvSplitParams {
 // the workspace that needs. k_splits is 1 unless the build has CUTE_OPS_GEMV_K_SPLITS.
 struct GemvSplitPlan {
   int k_splits = 1;
-  int64_t units = 0;          // split_counters' length
-  int64_t sum_floats = 0;     // split_sums' length
-  int64_t sum_sq_floats = 0;  // split_sum_sq's length
+  int64_t units = 0;          // GemvSplitParams::counters' length
+  int64_t sum_floats = 0;     // GemvSplitParams::sums' length
+  int64_t sum_sq_floats = 0;  // GemvSplitParams::sum_sq's length
 };
 GemvSplitPlan gemv_split_plan(const GemvParams& params, int device);
 

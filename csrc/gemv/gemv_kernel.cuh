@@ -64,7 +64,7 @@ namespace cute_ops::gemv {
 #ifndef CUTE_OPS_GEMV_EVICT_FIRST
 #define CUTE_OPS_GEMV_EVICT_FIRST 1
 #endif
-// 1: a unit's k may be split over several CTAs (GemvParams::k_splits, chosen in gemv.cu), so that a
+// 1: a unit's k may be split over several CTAs (GemvSplitParams::k_splits, gemv_split_plan), so that a
 // projection of few units (qkv: 384 units at 8B, 320 at 70B over two GPUs) is streamed by every
 // CTA slot instead of half of them, each capped by its copies in flight. An experiment, off by
 // default: the default build's code is the unsplit kernel's (docs/perf-notes.md, session 43).
@@ -318,8 +318,8 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
       const int64_t work = blockIdx.x + (t / steps_per_unit) * gridDim.x;
       const int first_step = kSplit ? static_cast<int>(work % n_splits) * slice_steps : 0;
       const int step = first_step + warp + static_cast<int>(t % steps_per_unit) * kWarps;
-      copy_weight_step(ring, static_cast<int>(t % kStages), w, unit_rows<kSwiGLU>(p, kSplit ? work / n_splits : work, g),
-                       p.k, step, c);
+      const int64_t unit = kSplit ? work / n_splits : work;
+      copy_weight_step(ring, static_cast<int>(t % kStages), w, unit_rows<kSwiGLU>(p, unit, g), p.k, step, c);
 #else
       const int64_t unit = blockIdx.x + (t / steps_per_unit) * gridDim.x;
       const int step = warp + static_cast<int>(t % steps_per_unit) * kWarps;
