@@ -19,7 +19,7 @@ set -uo pipefail
 out="${OUT:-/tmp/knob_ab}"
 keep="${KEEP:-$(mktemp -d)}"
 tag="$(printf '%s' "$FLAGS" | tr -c 'A-Za-z0-9_=' '_')"  # B's file name: its flags
-mkdir -p "$out"
+mkdir -p "$out" "$keep"
 export CXX="${CXX:-/usr/bin/g++}" MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 
 the_so() {  # the extension's one shared object (the editable install builds it in place)
