@@ -37,11 +37,14 @@ int fill_slots(long long ctas, long long slots, int max_splits) {
 
 }  // namespace
 
-// Tiles of keys a split takes at least. An experiment's knob (docs/perf-notes.md, session 43): at
-// B = 1 over 4 kv heads (a tensor-parallel rank of LLaMA-3) and 512 keys, 2 leaves 16 CTAs of ~2
-// tiles each on 132 SMs, and the attention is a layer's longest fixed cost; 1 would run 36.
+// Tiles of keys a split takes at least. 1: short caches split finer. At B = 1 over LLaMA-3's 8 kv
+// heads (4 on a tensor-parallel rank) and ~520 keys (9 tiles), 2 left 32 (16) CTAs of two tiles on
+// 132 SMs, and a layer's attention is its longest fixed cost; 1 runs 72 (36) of one tile. A/B on
+// one 2 x H200 machine (session 44, graph-replayed 8B step, B = 1 x 512): one GPU 4550 -> 4464 us
+// (attention 15.2 -> 12.9 us a layer), TP=2 2807 -> 2731 (14.8 -> 12.6). Batches that fill the SMs
+// without splits are unchanged.
 #ifndef CUTE_OPS_DECODE_MIN_SPLIT_TILES
-#define CUTE_OPS_DECODE_MIN_SPLIT_TILES 2
+#define CUTE_OPS_DECODE_MIN_SPLIT_TILES 1
 #endif
 
 int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int max_seqlen) {
