@@ -87,8 +87,9 @@ inline int flash_decode_rows(const FlashDecodeParams& p) { return p.sq * (p.h / 
 constexpr int kDecodeBlockM = 16;
 constexpr int kDecodeBlockN = 64;     // keys a CTA stages at a time (4 warps x 16)
 
-// The split count for num_splits = 0: about one CTA an SM, each split covering at least two key
-// tiles of the longest possible sequence (cache capacity max_seqlen).
+// The split count for num_splits = 0: about one CTA an SM, each split covering at least one key
+// tile (CUTE_OPS_DECODE_MIN_SPLIT_TILES, flash_decode.cu) of the longest possible sequence
+// (max_seqlen).
 int flash_decode_default_splits(const FlashDecodeParams& p, int num_sms, int max_seqlen);
 
 void run_flash_decode(const FlashDecodeParams& p, cudaStream_t stream);

@@ -67,7 +67,10 @@ namespace cute_ops::gemv {
 // 1: a unit's k may be split over several CTAs (GemvSplitParams::k_splits, gemv_split_plan), so that a
 // projection of few units (qkv: 384 units at 8B, 320 at 70B over two GPUs) is streamed by every
 // CTA slot instead of half of them, each capped by its copies in flight. An experiment, off by
-// default: the default build's code is the unsplit kernel's (docs/perf-notes.md, session 43).
+// default: the default build's code is the unsplit kernel's (docs/perf-notes.md, session 43). It
+// lost on 2 x H200 (session 44): a step's qkv and lm_head 801 -> 906 us on one GPU, TP=2's gate/up
+// 1088 -> 1486 us. The suspect (not profiled yet): warp 0's fence and count at every slice, which
+// the CTA's next barrier waits for.
 #ifndef CUTE_OPS_GEMV_K_SPLITS
 #define CUTE_OPS_GEMV_K_SPLITS 0
 #endif
