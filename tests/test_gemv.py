@@ -14,8 +14,10 @@ from conftest import CHECK_DEVICES, assert_close_to_reference, capture_graph, on
 
 DTYPES = [torch.bfloat16, torch.float16]
 # (k, n): k from one 8-column chunk to more steps than a CTA has warps (and a partial last step);
-# n odd, below and above one 16-row unit.
-SHAPES = [(8, 17), (1000, 4097), (4104, 1000), (14336, 40)]
+# n odd, below and above one 16-row unit; LLaMA-3-8B's qkv (384 units: 2 a CTA, or in a stream-K
+# build 1.45 a CTA, units cut between neighbours). With stream-K (a build knob, gemv_stream_k.cuh)
+# (4104, 1000) and (14336, 40) cut every unit over several CTAs.
+SHAPES = [(8, 17), (1000, 4097), (4104, 1000), (14336, 40), (4096, 6144)]
 # Ours: x * norm_weight rounded once (PyTorch rounds x * inv_rms * norm_weight once), float32 sums,
 # the output rounded once (twice with a residual, as F.linear + residual rounds). PyTorch's error in
 # the working dtype has as many roundings, plus its cuBLAS sums; k = 2 leaves room for them to fall
@@ -140,9 +142,9 @@ def test_rows_are_independent(variant):
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["plain", "norm_swiglu", "norm_residual"])
 def test_repeat_calls_are_bit_identical(variant):
-    """The same call again gives the same bits: the sums' order is fixed (with k-splits, a build
-    knob, whichever CTA finishes a unit adds its slices in slice order). 1000 outputs of k = 4096
-    are few units, the shape k-splits split."""
+    """The same call again gives the same bits: the sums' order is fixed (with stream-K, a build
+    knob, the CTA holding a cut unit's first steps adds the other pieces in CTA order, however late
+    they land). 1000 outputs of k = 4096 are few units: stream-K cuts each over 4 CTAs."""
     x, weight, kw = _inputs(3, 4096, 1000, torch.bfloat16, variant)
     first = cute_ops.gemv(x, weight, **kw)
     side, busy = torch.cuda.Stream(), torch.randn(2048, 2048, device="cuda")

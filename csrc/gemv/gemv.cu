@@ -11,43 +11,18 @@
 #include "common/kernel_attributes.h"
 #include "common/per_device.h"
 #include "gemv/gemv_kernel.cuh"
+#if CUTE_OPS_GEMV_STREAM_K
+#include "gemv/gemv_stream_k.cuh"
+#endif
 
 namespace cute_ops {
 
 namespace {
 
-// CTAs of gemv's kernels that fit on the current device at once: any instantiation's (they share
-// the launch bounds and the shared memory), for gemv_split_plan.
-int64_t gemv_slots(int device) {
-  static DynamicSmemOptIn smem_opt_in;
-  static PerDeviceInt slots;
-  auto* kernel = &gemv::gemv_kernel<__nv_bfloat16, false, false, false>;
-  smem_opt_in.apply(kernel, gemv::kSmemBytes, "gemv shared memory");
-  return slots.get(device, [&] {
-    int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, gemv::kSmemBytes),
-               "gemv occupancy");
-    return std::max(n, 1) * device_info(device).sms;
-  });
-}
-
-// CTAs for `work` pieces of work on `slots`: every CTA the same number of pieces. With 384 units
-// on 264 slots, 192 CTAs of 2 units finish together where 264 CTAs of 1 or 2 would leave 120
-// streaming alone at the end.
-int64_t balanced_ctas(int64_t work, int64_t slots) {
-  const int64_t per_cta = (work + slots - 1) / slots;
-  return (work + per_cta - 1) / per_cta;
-}
-
-// kSplit: gemv_split_kernel, sp.k_splits slices a unit (plain calls of a k-splits build only).
 template <typename T, bool kNorm, bool kResidual, bool kSwiGLU,
-          GemvExchangeMode kExchange = GemvExchangeMode::kNone, bool kSplit = false>
-void launch(const GemvParams& p, const GemvExchangeParams& e, const GemvSplitParams& sp, cudaStream_t stream) {
+          GemvExchangeMode kExchange = GemvExchangeMode::kNone>
+void launch(const GemvParams& p, const GemvExchangeParams& e, cudaStream_t stream) {
   auto* kernel = [] {
-#if CUTE_OPS_GEMV_K_SPLITS
-    if constexpr (kSplit) return &gemv::gemv_split_kernel<T, kNorm, kResidual, kSwiGLU>;
-    else
-#endif
     if constexpr (kExchange == GemvExchangeMode::kNone) return &gemv::gemv_kernel<T, kNorm, kResidual, kSwiGLU>;
     else return &gemv::gemv_exchange_kernel<T, kNorm, kResidual, kSwiGLU, kExchange>;
   }();
@@ -62,48 +37,72 @@ void launch(const GemvParams& p, const GemvExchangeParams& e, const GemvSplitPar
     check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, gemv::kSmemBytes), "gemv occupancy");
     return std::max(n, 1);
   });
-  // Every CTA the same number of units (balanced_ctas), or of slices of units with k-splits.
+  // Every CTA the same number of units: with 384 units on 264 slots, 192 CTAs of 2 units finish
+  // together where 264 CTAs of 1 or 2 would leave 120 streaming alone at the end.
   const int64_t units = gemv::num_units(p);
   const int64_t slots = static_cast<int64_t>(info.sms) * per_sm;
-  const int64_t ctas = balanced_ctas(kSplit ? units * sp.k_splits : units, slots);
+  const int64_t units_per_cta = (units + slots - 1) / slots;
+  const int64_t ctas = (units + units_per_cta - 1) / units_per_cta;
   if (kExchange == GemvExchangeMode::kPush && ctas > kGemvMaxPushCtas) {
     throw std::runtime_error("cute_ops gemv: a push would run " + std::to_string(ctas) + " CTAs, more than the " +
                              std::to_string(kGemvMaxPushCtas) + " flags a slot has (gemv_exchange.h)");
   }
-  if constexpr (kSplit) {
-    launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads), gemv::kSmemBytes, stream, p, sp);
-  } else if constexpr (kExchange == GemvExchangeMode::kNone) {
+  if constexpr (kExchange == GemvExchangeMode::kNone) {
     launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads), gemv::kSmemBytes, stream, p);
   } else {
     launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads), gemv::kSmemBytes, stream, p, e);
   }
 }
 
+// CTAs of gemv's kernels that fit on the current device at once (they share the launch bounds
+// and the shared memory), for gemv_stream_k_plan.
+int64_t gemv_slots(int device) {
+  static DynamicSmemOptIn smem_opt_in;
+  static PerDeviceInt slots;
+  auto* kernel = &gemv::gemv_kernel<__nv_bfloat16, false, false, false>;
+  smem_opt_in.apply(kernel, gemv::kSmemBytes, "gemv shared memory");
+  return slots.get(device, [&] {
+    int n = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, gemv::kSmemBytes),
+               "gemv occupancy");
+    return std::max(n, 1) * device_info(device).sms;
+  });
+}
+
+#if CUTE_OPS_GEMV_STREAM_K
+template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
+void launch_stream_k(const GemvParams& p, const GemvStreamKParams& sk, int64_t ctas, cudaStream_t stream) {
+  auto* kernel = &gemv::gemv_stream_k_kernel<T, kNorm, kResidual, kSwiGLU>;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  static DynamicSmemOptIn smem_opt_in;
+  smem_opt_in.apply(kernel, gemv::kSmemBytes, "gemv shared memory");
+  launch_dependent(device_info(device).major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads),
+                   gemv::kSmemBytes, stream, p, sk);
+}
+#endif
+
 }  // namespace
 
-// k-splits: the fewest slices a unit (a power of two dividing k's steps, each slice at least a step
-// for every warp) that let every CTA slot stream (balanced_ctas fills 95% of the slots), or the
-// fullest there is. Depends on n, k and the device only, never on m: rows stay independent.
-GemvSplitPlan gemv_split_plan(const GemvParams& p, int device) {
-  GemvSplitPlan plan;
-  plan.units = gemv::num_units(p);
-  if (!gemv::kKSplits || p.m == 0 || p.out_cols == 0) return plan;
-  const int64_t slots = gemv_slots(device);
-  const int n_steps = (p.k + gemv::kStepK - 1) / gemv::kStepK;
-  double best_fill = 0.0;
-  for (int s = 1; s <= 16 && n_steps % s == 0 && n_steps / s >= gemv::kWarps; s *= 2) {
-    const double fill = static_cast<double>(balanced_ctas(plan.units * s, slots)) / static_cast<double>(slots);
-    if (fill > best_fill + 1e-9) plan.k_splits = s, best_fill = fill;
-    if (fill >= 0.95) break;
-  }
-  if (plan.k_splits > 1) {
-    plan.sum_floats = plan.units * plan.k_splits * 32 * 4;
-    plan.sum_sq_floats = plan.units * plan.k_splits * kGemvMaxRows;
-  }
+// Stream-K where the plain kernel's busiest CTA streams at least one step a warp more than an
+// equal share would (a unit's steps go to a CTA's warps in turn): 8B's qkv (384 units of 32 steps
+// on 264 slots: 2 units against 1.45), TP=2's gate/up (896: 4 against 3.4), 70B TP=2's qkv (320 of
+// 64 steps: 2 against 1.2). Each CTA's share is at least a step a warp. From n, k and the device
+// only, never m: rows stay independent.
+GemvStreamKPlan gemv_stream_k_plan(const GemvParams& p, int device) {
+  GemvStreamKPlan plan;
+  if (!gemv::kStreamK || p.m == 0 || p.out_cols == 0) return plan;
+  const int64_t slots = gemv_slots(device), units = gemv::num_units(p);
+  const int64_t n_steps = (p.k + gemv::kStepK - 1) / gemv::kStepK, total = units * n_steps;
+  const int64_t ctas = std::min(slots, total / gemv::kWarps);
+  if (ctas < 2) return plan;
+  const int64_t plain_steps = (units + slots - 1) / slots * n_steps, share_steps = (total + ctas - 1) / ctas;
+  if (plain_steps - share_steps >= gemv::kWarps) plan.ctas = ctas;
   return plan;
 }
 
-void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams& e, const GemvSplitParams& split) {
+void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams& e, const GemvStreamKParams& sk,
+              const GemvStreamKPlan& plan) {
   if (p.m == 0 || p.out_cols == 0) return;
   const bool norm = p.norm_weight != nullptr, residual = p.residual != nullptr;
   const bool swiglu = p.activation == GemvActivation::kSwiGLU;
@@ -115,25 +114,25 @@ void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams
     if (e.mode == GemvExchangeMode::kPush) {
       if (norm || swiglu) throw std::invalid_argument("gemv: a push takes no norm and no activation");
       CUTE_OPS_BOOL_SWITCH(residual, kResidual, [&] {
-        launch<T, false, kResidual, false, GemvExchangeMode::kPush>(p, e, split, stream);
+        launch<T, false, kResidual, false, GemvExchangeMode::kPush>(p, e, stream);
       });
       return;
     }
     if (e.mode == GemvExchangeMode::kPull) {
       if (!norm || residual) throw std::invalid_argument("gemv: a pull takes a norm and no residual");
-      CUTE_OPS_BOOL_SWITCH(swiglu, kSwiGLU, [&] { launch<T, true, false, kSwiGLU, GemvExchangeMode::kPull>(p, e, split, stream); });
+      CUTE_OPS_BOOL_SWITCH(swiglu, kSwiGLU, [&] { launch<T, true, false, kSwiGLU, GemvExchangeMode::kPull>(p, e, stream); });
       return;
     }
     CUTE_OPS_BOOL_SWITCH(norm, kNorm, [&] {
       CUTE_OPS_BOOL_SWITCH(residual, kResidual, [&] {
         CUTE_OPS_BOOL_SWITCH(swiglu, kSwiGLU, [&] {
-          if constexpr (gemv::kKSplits) {
-            if (split.k_splits > 1) {
-              launch<T, kNorm, kResidual, kSwiGLU, GemvExchangeMode::kNone, true>(p, e, split, stream);
-              return;
-            }
+#if CUTE_OPS_GEMV_STREAM_K
+          if (plan.ctas > 0 && sk.parts != nullptr) {
+            launch_stream_k<T, kNorm, kResidual, kSwiGLU>(p, sk, plan.ctas, stream);
+            return;
           }
-          launch<T, kNorm, kResidual, kSwiGLU>(p, e, split, stream);
+#endif
+          launch<T, kNorm, kResidual, kSwiGLU>(p, e, stream);
         });
       });
     });

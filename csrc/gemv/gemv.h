@@ -30,31 +30,26 @@ struct GemvParams {
   DType dtype;                // of every tensor (float16 or bfloat16)
 };
 
-// k-splits (an experiment behind CUTE_OPS_GEMV_K_SPLITS, gemv_kernel.cuh): each unit's k steps in
-// k_splits equal slices, each slice a CTA's piece of work; the CTA that finishes a unit's last
-// slice adds the slices' float32 sums in slice order. A second kernel argument, so that the plain
-// kernel's parameters (and code) stay as they are.
-struct GemvSplitParams {
-  int k_splits = 1;           // 1: a unit's k in one CTA
-  float* sums = nullptr;      // [units * k_splits][32 lanes][4]: warp 0's sums of each slice
-  float* sum_sq = nullptr;    // [units * k_splits][kGemvMaxRows]: with a norm, each slice's sums of x^2
-  int* counters = nullptr;    // [units], zero at the launch and left zero (common/arrival_counters.h)
+// Stream-K (an experiment behind CUTE_OPS_GEMV_STREAM_K, gemv_stream_k.cuh): every CTA streams an
+// equal share of the projection's (unit, k step) pairs, so a unit may be cut between neighbouring
+// CTAs; the CTA holding a cut unit's first steps adds the other pieces' float32 sums, in CTA order.
+// A second kernel argument, so that the plain kernel's parameters (and code) stay as they are.
+struct GemvStreamKParams {
+  uint64_t* parts = nullptr;  // [ctas][kGemvPartWords]: zero at the launch and left zero
 };
+constexpr int64_t kGemvPartWords = 32 * 4 + 8;  // a CTA's piece: 4 sums a lane, 8 rows' sums of x^2
 
-// How run_gemv should split k for these params (plain calls only; an exchange never splits) and
-// the workspace that needs. k_splits is 1 unless the build has CUTE_OPS_GEMV_K_SPLITS.
-struct GemvSplitPlan {
-  int k_splits = 1;
-  int64_t units = 0;          // GemvSplitParams::counters' length
-  int64_t sum_floats = 0;     // GemvSplitParams::sums' length
-  int64_t sum_sq_floats = 0;  // GemvSplitParams::sum_sq's length
+// How run_gemv should launch these params: ctas > 0 for stream-K on that many CTAs (plain calls of
+// a stream-K build only, where it saves at least a step for every warp of the busiest CTA).
+struct GemvStreamKPlan {
+  int64_t ctas = 0;
 };
-GemvSplitPlan gemv_split_plan(const GemvParams& params, int device);
+GemvStreamKPlan gemv_stream_k_plan(const GemvParams& params, int device);
 
 // exchange.mode kNone: the plain gemv. Tensor parallelism (gemv_exchange.h): kPush sends the
 // output rows to every rank's exchange buffer instead of `out`; kPull reads x as the sum of the
-// ranks' pushed rows instead of `x`.
+// ranks' pushed rows instead of `x`. stream_k.parts set (with plan.ctas): the stream-K kernel.
 void run_gemv(const GemvParams& params, cudaStream_t stream, const GemvExchangeParams& exchange = {},
-              const GemvSplitParams& split = {});
+              const GemvStreamKParams& stream_k = {}, const GemvStreamKPlan& plan = {});
 
 }  // namespace cute_ops

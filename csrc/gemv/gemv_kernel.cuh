@@ -64,15 +64,12 @@ namespace cute_ops::gemv {
 #ifndef CUTE_OPS_GEMV_EVICT_FIRST
 #define CUTE_OPS_GEMV_EVICT_FIRST 1
 #endif
-// 1: a unit's k may be split over several CTAs (GemvSplitParams::k_splits, gemv_split_plan), so that a
-// projection of few units (qkv: 384 units at 8B, 320 at 70B over two GPUs) is streamed by every
-// CTA slot instead of half of them, each capped by its copies in flight. An experiment, off by
-// default: the default build's code is the unsplit kernel's (docs/perf-notes.md, session 43). It
-// lost on 2 x H200 (session 44): a step's qkv and lm_head 801 -> 906 us on one GPU, TP=2's gate/up
-// 1088 -> 1486 us. The suspect (not profiled yet): warp 0's fence and count at every slice, which
-// the CTA's next barrier waits for.
-#ifndef CUTE_OPS_GEMV_K_SPLITS
-#define CUTE_OPS_GEMV_K_SPLITS 0
+
+// 1: plain calls whose units leave CTA slots idle or unevenly loaded run the stream-K kernel
+// (gemv_stream_k.cuh, gemv_stream_k_plan): an experiment, off by default; the default build's code
+// is the plain kernel's (docs/perf-notes.md, session 44).
+#ifndef CUTE_OPS_GEMV_STREAM_K
+#define CUTE_OPS_GEMV_STREAM_K 0
 #endif
 
 constexpr int kWarps = CUTE_OPS_GEMV_WARPS;
@@ -85,7 +82,7 @@ constexpr int kStepK = 4 * kChunks * kElemsPerChunk;  // 128 columns: 4 lanes x 
 constexpr int kStages = CUTE_OPS_GEMV_STAGES;
 constexpr int kSlots = 2 * kChunks;          // a lane's 16-byte W chunks a step: rows lo and hi
 constexpr int kSmemBytes = kStages * kSlots * kThreads * 16;  // 96 KB at 8 warps, 3 stages
-constexpr bool kKSplits = CUTE_OPS_GEMV_K_SPLITS != 0;
+constexpr bool kStreamK = CUTE_OPS_GEMV_STREAM_K != 0;
 static_assert(kGemvMaxRows == 8, "the B operand of m16n8k16 holds 8 rows of x");
 
 // Units of 16 W rows: plain, or 8 outputs (8 gate + 8 up rows) each for SwiGLU.
@@ -222,63 +219,9 @@ __device__ __forceinline__ float silu_times(float gate, float up) {
   return gate / (1.f + __expf(-gate)) * up;
 }
 
-// k-splits: called by warp 0 of a CTA that has summed its warps' partials of one slice of a unit
-// (v, and with a norm the warps' sums of x^2 in warp_sq). Stores them as the slice's sums and
-// counts the slice in at the unit's counter; the CTA whose slice is the unit's last to arrive
-// reads every slice's sums back and adds them in slice order (the same bits whichever CTA is last:
-// a row's result depends on n and k, not on m or timing), leaves the counter at zero for the next
-// launch, and returns true: it finishes the unit (v, and sum_sq for rows 2c and 2c + 1).
-template <bool kNorm>
-__device__ __forceinline__ bool merge_slices(const GemvSplitParams& sp, const float (&warp_sq)[kWarps][kGemvMaxRows],
-                                             int64_t work, int64_t unit, int lane, float (&v)[4], float (&sum_sq)[2]) {
-  const int n_splits = sp.k_splits;
-  float4* sums = reinterpret_cast<float4*>(sp.sums);
-  __stcg(sums + work * 32 + lane, make_float4(v[0], v[1], v[2], v[3]));
-  if constexpr (kNorm) {
-    if (lane < kGemvMaxRows) {
-      float t = 0.f;
-#pragma unroll
-      for (int w_i = 0; w_i < kWarps; ++w_i) t += warp_sq[w_i][lane];
-      __stcg(sp.sum_sq + work * kGemvMaxRows + lane, t);
-    }
-  }
-  __syncwarp();  // every lane's stores, then lane 0's fence orders them before the count
-  int last = 0;
-  if (lane == 0) {
-    __threadfence();  // the classic last-block pattern
-    last = atomicAdd(sp.counters + unit, 1) == n_splits - 1;
-  }
-  last = __shfl_sync(0xffffffffu, last, 0);
-  if (!last) return false;
-  __threadfence();  // the other slices' sums, stored before their counts
-  v[0] = v[1] = v[2] = v[3] = 0.f;
-  sum_sq[0] = sum_sq[1] = 0.f;
-  const int c = lane % 4;
-  for (int s = 0; s < n_splits; ++s) {
-    const int64_t slice_work = unit * n_splits + s;
-    const float4 part = __ldcg(sums + slice_work * 32 + lane);  // L2: other SMs stored it
-    v[0] += part.x;
-    v[1] += part.y;
-    v[2] += part.z;
-    v[3] += part.w;
-    if constexpr (kNorm) {
-      sum_sq[0] += __ldcg(sp.sum_sq + slice_work * kGemvMaxRows + 2 * c);
-      sum_sq[1] += __ldcg(sp.sum_sq + slice_work * kGemvMaxRows + 2 * c + 1);
-    }
-  }
-  if (lane == 0) sp.counters[unit] = 0;  // every slice has counted in
-  return true;
-}
-
-// The kernel's body; `e` is read only by a push or a pull (gemv_exchange_kernel), `sp` only with
-// kSplit (gemv_split_kernel).
-template <typename T, bool kNorm, bool kResidual, bool kSwiGLU, GemvExchangeMode kExchange, bool kSplit = false>
-#if CUTE_OPS_GEMV_K_SPLITS
-__device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchangeParams& e,
-                                          const GemvSplitParams& sp = {}) {
-#else
+// The kernel's body; `e` is read only by a push or a pull (gemv_exchange_kernel).
+template <typename T, bool kNorm, bool kResidual, bool kSwiGLU, GemvExchangeMode kExchange>
 __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchangeParams& e) {
-#endif
   constexpr bool kPush = kExchange == GemvExchangeMode::kPush, kPull = kExchange == GemvExchangeMode::kPull;
   using Mma = typename MmaAtom<T>::type;
   extern __shared__ uint4 ring[];  // kStages x kSlots x kThreads chunks of W
@@ -293,41 +236,17 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
   const T* x_row = static_cast<const T*>(p.x) + token * p.x_row_stride;  // (unused by a pull: p.x is null)
   const T* norm_weight = static_cast<const T*>(p.norm_weight);
 
-  // A CTA's pieces of work: slices `work` = blockIdx.x, blockIdx.x + gridDim.x, ... of n_units x
-  // n_splits, slice `work` being steps [(work % n_splits) * slice_steps, + slice_steps) of unit
-  // work / n_splits (n_splits is 1 unless k-splits are built: then a piece of work is a unit).
-  // (The #if blocks keep the unsplit kernels' code as it was without k-splits: the experiment's
-  // knob, CUTE_OPS_GEMV_K_SPLITS, changes nothing in a default build.)
-#if CUTE_OPS_GEMV_K_SPLITS
-  static_assert(!kSplit || kExchange == GemvExchangeMode::kNone, "an exchange does not split k");
-  const int n_splits = kSplit ? sp.k_splits : 1;
-  const int slice_steps = kSplit ? n_steps / n_splits : n_steps;  // gemv.cu splits where n_splits divides n_steps
-  const int64_t n_work = n_units * n_splits;
-  // This warp's items, in order: for each of the CTA's pieces, its steps warp, warp + kWarps, ...
-  // of the slice.
-  const int steps_per_unit = warp < slice_steps ? (slice_steps - warp + kWarps - 1) / kWarps : 0;
-  const int64_t cta_units = (n_work - blockIdx.x + gridDim.x - 1) / gridDim.x;
-#else
   // This warp's items, in order: for each of the CTA's units, its steps warp, warp + kWarps, ...
   const int steps_per_unit = warp < n_steps ? (n_steps - warp + kWarps - 1) / kWarps : 0;
   const int64_t cta_units = (n_units - blockIdx.x + gridDim.x - 1) / gridDim.x;
-#endif
   const int64_t n_items = steps_per_unit * cta_units;
   // Starts item t's copies into stage t % kStages, and closes a copy group: one group an item,
   // empty past the last item, so that waiting for all but kStages - 1 groups is item t's wait.
   auto copy_item = [&](int64_t t) {
     if (t < n_items) {
-#if CUTE_OPS_GEMV_K_SPLITS
-      const int64_t work = blockIdx.x + (t / steps_per_unit) * gridDim.x;
-      const int first_step = kSplit ? static_cast<int>(work % n_splits) * slice_steps : 0;
-      const int step = first_step + warp + static_cast<int>(t % steps_per_unit) * kWarps;
-      const int64_t unit = kSplit ? work / n_splits : work;
-      copy_weight_step(ring, static_cast<int>(t % kStages), w, unit_rows<kSwiGLU>(p, unit, g), p.k, step, c);
-#else
       const int64_t unit = blockIdx.x + (t / steps_per_unit) * gridDim.x;
       const int step = warp + static_cast<int>(t % steps_per_unit) * kWarps;
       copy_weight_step(ring, static_cast<int>(t % kStages), w, unit_rows<kSwiGLU>(p, unit, g), p.k, step, c);
-#endif
     }
     cute::cp_async_fence();
   };
@@ -340,22 +259,12 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
 
   int64_t item = 0;
   int buffer = 0;
-#if CUTE_OPS_GEMV_K_SPLITS
-  for (int64_t work = blockIdx.x; work < n_work; work += gridDim.x) {
-    const int64_t unit = kSplit ? work / n_splits : work;
-    const int first_step = kSplit ? static_cast<int>(work % n_splits) * slice_steps : 0;
-#else
   for (int64_t unit = blockIdx.x; unit < n_units; unit += gridDim.x) {
-#endif
     const UnitRows out_rows = unit_rows<kSwiGLU>(p, unit, g);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     float sum_sq = 0.f;  // kNorm: of this lane's columns of x's row `token`
     for (int s = 0; s < steps_per_unit; ++s, ++item) {
-#if CUTE_OPS_GEMV_K_SPLITS
-      const int step = first_step + warp + s * kWarps;
-#else
       const int step = warp + s * kWarps;
-#endif
       copy_item(item + kStages - 1);  // into the stage this lane emptied last item
       uint4 x[kChunks], norm_w[kChunks];
       if constexpr (kPull) {
@@ -412,49 +321,36 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
         v[2] += part.z;
         v[3] += part.w;
       }
-      // k-splits: the unit's other slices' sums too, by the CTA that finishes it (others go on).
-#if CUTE_OPS_GEMV_K_SPLITS
-      bool finish = true;
-      float split_sum_sq[2];  // rows 2c and 2c + 1's sums of x^2 over every slice
-      if constexpr (kSplit) finish = merge_slices<kNorm>(sp, s_sum_sq[buffer], work, unit, lane, v, split_sum_sq);
-      if (finish) {
-#endif
-        T* out = static_cast<T*>(p.out);
-        const T* residual = static_cast<const T*>(p.residual);
+      T* out = static_cast<T*>(p.out);
+      const T* residual = static_cast<const T*>(p.residual);
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int row = 2 * c + j;
-          if (row >= p.m) continue;
-          float scale = 1.f;  // inv_rms of x's row `row`
-          if constexpr (kNorm) {
-            float total = 0.f;
+      for (int j = 0; j < 2; ++j) {
+        const int row = 2 * c + j;
+        if (row >= p.m) continue;
+        float scale = 1.f;  // inv_rms of x's row `row`
+        if constexpr (kNorm) {
+          float total = 0.f;
 #pragma unroll
-            for (int w_i = 0; w_i < kWarps; ++w_i) total += s_sum_sq[buffer][w_i][row];
-#if CUTE_OPS_GEMV_K_SPLITS
-            if constexpr (kSplit) total = split_sum_sq[j];
-#endif
-            scale = rsqrtf(total / static_cast<float>(p.k) + p.eps);
+          for (int w_i = 0; w_i < kWarps; ++w_i) total += s_sum_sq[buffer][w_i][row];
+          scale = rsqrtf(total / static_cast<float>(p.k) + p.eps);
+        }
+#pragma unroll
+        for (int half = 0; half < (kSwiGLU ? 1 : 2); ++half) {
+          const int col = half == 0 ? out_rows.col_lo : out_rows.col_hi;
+          if (col < 0) continue;
+          float y = kSwiGLU ? silu_times(scale * v[j], scale * v[2 + j]) : scale * v[2 * half + j];
+          if constexpr (kResidual) {
+            y = to_float(from_float<T>(y)) + to_float(residual[row * p.residual_row_stride + col]);
           }
-#pragma unroll
-          for (int half = 0; half < (kSwiGLU ? 1 : 2); ++half) {
-            const int col = half == 0 ? out_rows.col_lo : out_rows.col_hi;
-            if (col < 0) continue;
-            float y = kSwiGLU ? silu_times(scale * v[j], scale * v[2 + j]) : scale * v[2 * half + j];
-            if constexpr (kResidual) {
-              y = to_float(from_float<T>(y)) + to_float(residual[row * p.residual_row_stride + col]);
+          if constexpr (kPush) {
+            for (int dest = 0; dest < e.world; ++dest) {
+              *push_target<T>(e, p.out_cols, dest, row, col) = from_float<T>(y);
             }
-            if constexpr (kPush) {
-              for (int dest = 0; dest < e.world; ++dest) {
-                *push_target<T>(e, p.out_cols, dest, row, col) = from_float<T>(y);
-              }
-            } else {
-              out[static_cast<int64_t>(row) * p.out_cols + col] = from_float<T>(y);
-            }
+          } else {
+            out[static_cast<int64_t>(row) * p.out_cols + col] = from_float<T>(y);
           }
         }
-#if CUTE_OPS_GEMV_K_SPLITS
       }
-#endif
     }
     buffer ^= 1;
   }
@@ -474,15 +370,5 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_exchange_kernel(
                                                                                 const GemvExchangeParams e) {
   gemv_body<T, kNorm, kResidual, kSwiGLU, kExchange>(p, e);
 }
-
-#if CUTE_OPS_GEMV_K_SPLITS
-// A plain gemv whose units' k is split over CTAs (sp.k_splits > 1; gemv.cu launches it only in a
-// build with CUTE_OPS_GEMV_K_SPLITS).
-template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_split_kernel(const GemvParams p,
-                                                                             const GemvSplitParams sp) {
-  gemv_body<T, kNorm, kResidual, kSwiGLU, GemvExchangeMode::kNone, true>(p, GemvExchangeParams{}, sp);
-}
-#endif
 
 }  // namespace cute_ops::gemv

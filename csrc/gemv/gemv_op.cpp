@@ -48,18 +48,13 @@ at::Tensor gemv(const at::Tensor& x, const at::Tensor& weight, const std::option
   set_inputs(p, x, residual);
   p.out = out.data_ptr();
   const cudaStream_t stream = current_stream(x);
-  const int device = x.device().index();
-  const GemvSplitPlan plan = gemv_split_plan(p, device);
-  GemvSplitParams split;
-  at::Tensor split_sums;  // k-splits' workspace, held until the launch is queued (stream-ordered reuse)
-  if (plan.k_splits > 1) {
-    split_sums = at::empty({plan.sum_floats + plan.sum_sq_floats}, x.options().dtype(at::kFloat));
-    split.k_splits = plan.k_splits;
-    split.sums = split_sums.data_ptr<float>();
-    split.sum_sq = split.sums + plan.sum_floats;
-    split.counters = arrival_counters(device, stream, static_cast<size_t>(plan.units));
+  const GemvStreamKPlan plan = gemv_stream_k_plan(p, x.device().index());
+  GemvStreamKParams stream_k;
+  if (plan.ctas > 0) {  // the pieces' words, zero and left zero (common/arrival_counters.h): 2 ints a word
+    int* words = arrival_counters(x.device().index(), stream, static_cast<size_t>(2 * plan.ctas * kGemvPartWords));
+    stream_k.parts = reinterpret_cast<uint64_t*>(words);
   }
-  run_gemv(p, stream, {}, split);
+  run_gemv(p, stream, {}, stream_k, plan);
   return out;
 }
 

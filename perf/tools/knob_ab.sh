@@ -5,7 +5,7 @@
 # the machine fall on both sides alike. Optional $TESTS runs under B once, before the rounds (the
 # knob's own correctness first). Logs go to $OUT.
 #
-#   FLAGS="-DCUTE_OPS_GEMV_K_SPLITS=1" TESTS="tests/test_gemv.py" bash perf/tools/knob_ab.sh \
+#   FLAGS="-DCUTE_OPS_GEMV_STREAM_K=1" TESTS="tests/test_gemv.py" bash perf/tools/knob_ab.sh \
 #     "python3 perf/tools/llama_breakdown.py --graph | head -3" \
 #     "torchrun --nproc-per-node 2 perf/tools/llama_breakdown.py --graph | head -3"
 #
@@ -15,7 +15,7 @@
 # outside the repo, e.g. /tmp/knob_keep) the builds stay there, named by their flags, and a later
 # call on the same warm machine reuses them instead of building again.
 set -uo pipefail
-: "${FLAGS:?set FLAGS to nvcc flags, e.g. -DCUTE_OPS_GEMV_K_SPLITS=1}"
+: "${FLAGS:?set FLAGS to nvcc flags, e.g. -DCUTE_OPS_GEMV_STREAM_K=1}"
 out="${OUT:-/tmp/knob_ab}"
 keep="${KEEP:-$(mktemp -d)}"
 tag="$(printf '%s' "$FLAGS" | tr -c 'A-Za-z0-9_=' '_')"  # B's file name: its flags

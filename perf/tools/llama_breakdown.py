@@ -41,7 +41,7 @@ GROUPS = [("peer_all_reduce", "all-reduce (peer_all_reduce)"), ("nccl", "NCCL (t
           ("nvjet", "cuBLAS (qkv, o, lm_head)"), ("cutlass", "cuBLAS (qkv, o, lm_head)")]
 
 
-# cute_ops' gemv kernels (plain or k-split) by their template flags <T, norm, residual, swiglu>
+# cute_ops' gemv kernels (plain or stream-K) by their template flags <T, norm, residual, swiglu>
 # (batches up to 8).
 GEMV_GROUPS = {("true", "false", "false"): "gemv: qkv, lm_head (norm folded in)",
                ("false", "true", "false"): "gemv: o, down (residual add folded in)",
@@ -49,7 +49,7 @@ GEMV_GROUPS = {("true", "false", "false"): "gemv: qkv, lm_head (norm folded in)"
 
 
 def group_of(name: str) -> str:
-    flags = re.search(r"gemv_(?:split_)?kernel<[^,]+, (\w+), (\w+), (\w+)>", name)
+    flags = re.search(r"gemv_(?:stream_k_)?kernel<[^,]+, (\w+), (\w+), (\w+)>", name)
     if flags:
         return GEMV_GROUPS.get(flags.groups(), "gemv: other")
     return next((g for key, g in GROUPS if key in name), "other: " + name[:60])
