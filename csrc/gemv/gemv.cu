@@ -77,7 +77,17 @@ void launch_stream_k(const GemvParams& p, const GemvStreamKParams& sk, int64_t c
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   static DynamicSmemOptIn smem_opt_in;
   smem_opt_in.apply(kernel, gemv::kSmemBytes, "gemv shared memory");
-  launch_dependent(device_info(device).major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads),
+  // No more CTAs than fit at once (the plan counted the plain kernel's slots; this one's registers
+  // differ): fewer CTAs only make the shares longer (ctas is read in the kernel as gridDim.x).
+  static PerDeviceInt resident;
+  const DeviceInfo info = device_info(device);
+  const int64_t fit = resident.get(device, [&] {
+    int n = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, gemv::kSmemBytes),
+               "gemv occupancy");
+    return std::max(n, 1) * info.sms;
+  });
+  launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(std::min(ctas, fit))), dim3(gemv::kThreads),
                    gemv::kSmemBytes, stream, p, sk);
 }
 #endif

@@ -16,7 +16,12 @@
 // (the k-splits experiment's loss, session 44).
 //
 // Ranges go to CTAs in reverse blockIdx order (r = gridDim.x - 1 - blockIdx.x), so a CTA waits only
-// on CTAs of lower blockIdx, which the hardware starts no later than it.
+// on CTAs of lower blockIdx, which the hardware starts no later than it (gemv.cu launches no more
+// CTAs than fit at once, so that order matters only when other work holds SMs).
+//
+// Bits: a row's result depends on where its unit is cut, so on n, k and the device's CTA slots
+// (never on m or timing); with a norm, a row's inv_rms may differ in its last bits from one unit to
+// the next (the plain kernel sums x^2 in the same order for every unit).
 //
 // Names: as gemv_kernel.cuh's; a piece is unit `unit`'s steps [s0, s1) in this CTA.
 #include <cstdint>
@@ -164,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
               sq[0] += q.x;
               sq[1] += q.y;
             }
-            __syncwarp();  // every lane has read the words of x^2 (4 lanes share each) before they go
+            __syncwarp();  // every lane has read the words of x^2 (8 lanes share each) before they go
             store_words(theirs + 4 * lane, 0, 0);
             store_words(theirs + 4 * lane + 2, 0, 0);
             if (kNorm && g == 0) store_words(theirs + kPartSqWord + 2 * c, 0, 0);
