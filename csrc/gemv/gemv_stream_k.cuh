@@ -24,6 +24,10 @@
 // the next (the plain kernel sums x^2 in the same order for every unit).
 //
 // Names: as gemv_kernel.cuh's; a piece is unit `unit`'s steps [s0, s1) in this CTA.
+//
+// The step's mma and the epilogue repeat gemv_body's lines on purpose: moving them into shared
+// helpers changed the SASS of 12 of the plain kernels (session 44), and the knob must leave the
+// default build as it is. If stream-K wins and becomes the default, they share helpers then.
 #include <cstdint>
 #include <cstdio>
 
