@@ -55,7 +55,7 @@ void launch(const GemvParams& p, const GemvExchangeParams& e, cudaStream_t strea
 }
 
 // CTAs of gemv's kernels that fit on the current device at once (they share the launch bounds
-// and the shared memory), for gemv_stream_k_plan.
+// and the shared memory), for gemv_stream_k_ctas.
 int64_t gemv_slots(int device) {
   static DynamicSmemOptIn smem_opt_in;
   static PerDeviceInt slots;
@@ -71,7 +71,7 @@ int64_t gemv_slots(int device) {
 
 #if CUTE_OPS_GEMV_STREAM_K
 template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
-void launch_stream_k(const GemvParams& p, const GemvStreamKParams& sk, int64_t ctas, cudaStream_t stream) {
+void launch_stream_k(const GemvParams& p, const GemvStreamKParams& sk, cudaStream_t stream) {
   auto* kernel = &gemv::gemv_stream_k_kernel<T, kNorm, kResidual, kSwiGLU>;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
@@ -87,7 +87,7 @@ void launch_stream_k(const GemvParams& p, const GemvStreamKParams& sk, int64_t c
                "gemv occupancy");
     return std::max(n, 1) * info.sms;
   });
-  launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(std::min(ctas, fit))), dim3(gemv::kThreads),
+  launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(std::min(sk.ctas, fit))), dim3(gemv::kThreads),
                    gemv::kSmemBytes, stream, p, sk);
 }
 #endif
@@ -99,20 +99,17 @@ void launch_stream_k(const GemvParams& p, const GemvStreamKParams& sk, int64_t c
 // on 264 slots: 2 units against 1.45), TP=2's gate/up (896: 4 against 3.4), 70B TP=2's qkv (320 of
 // 64 steps: 2 against 1.2). Each CTA's share is at least a step a warp. From n, k and the device
 // only, never m: rows stay independent.
-GemvStreamKPlan gemv_stream_k_plan(const GemvParams& p, int device) {
-  GemvStreamKPlan plan;
-  if (!gemv::kStreamK || p.m == 0 || p.out_cols == 0) return plan;
+int64_t gemv_stream_k_ctas(const GemvParams& p, int device) {
+  if (!gemv::kStreamK || p.m == 0 || p.out_cols == 0) return 0;
   const int64_t slots = gemv_slots(device), units = gemv::num_units(p);
   const int64_t n_steps = (p.k + gemv::kStepK - 1) / gemv::kStepK, total = units * n_steps;
   const int64_t ctas = std::min(slots, total / gemv::kWarps);
-  if (ctas < 2) return plan;
+  if (ctas < 2) return 0;
   const int64_t plain_steps = (units + slots - 1) / slots * n_steps, share_steps = (total + ctas - 1) / ctas;
-  if (plain_steps - share_steps >= gemv::kWarps) plan.ctas = ctas;
-  return plan;
+  return plain_steps - share_steps >= gemv::kWarps ? ctas : 0;
 }
 
-void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams& e, const GemvStreamKParams& sk,
-              const GemvStreamKPlan& plan) {
+void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams& e, const GemvStreamKParams& sk) {
   if (p.m == 0 || p.out_cols == 0) return;
   const bool norm = p.norm_weight != nullptr, residual = p.residual != nullptr;
   const bool swiglu = p.activation == GemvActivation::kSwiGLU;
@@ -137,8 +134,8 @@ void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams
       CUTE_OPS_BOOL_SWITCH(residual, kResidual, [&] {
         CUTE_OPS_BOOL_SWITCH(swiglu, kSwiGLU, [&] {
 #if CUTE_OPS_GEMV_STREAM_K
-          if (plan.ctas > 0 && sk.parts != nullptr) {
-            launch_stream_k<T, kNorm, kResidual, kSwiGLU>(p, sk, plan.ctas, stream);
+          if (sk.ctas > 0) {
+            launch_stream_k<T, kNorm, kResidual, kSwiGLU>(p, sk, stream);
             return;
           }
 #endif

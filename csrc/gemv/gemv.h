@@ -35,21 +35,19 @@ struct GemvParams {
 // CTAs; the CTA holding a cut unit's first steps adds the other pieces' float32 sums, in CTA order.
 // A second kernel argument, so that the plain kernel's parameters (and code) stay as they are.
 struct GemvStreamKParams {
+  int64_t ctas = 0;           // 0: the plain kernel; else stream-K on at most this many CTAs
   uint64_t* parts = nullptr;  // [ctas][kGemvPartWords]: zero at the launch and left zero
 };
 constexpr int64_t kGemvPartWords = 32 * 4 + 8;  // a CTA's piece: 4 sums a lane, 8 rows' sums of x^2
 
-// How run_gemv should launch these params: ctas > 0 for stream-K on that many CTAs (plain calls of
-// a stream-K build only, where it saves at least a step for every warp of the busiest CTA).
-struct GemvStreamKPlan {
-  int64_t ctas = 0;
-};
-GemvStreamKPlan gemv_stream_k_plan(const GemvParams& params, int device);
+// The CTAs for stream-K on these params (GemvStreamKParams::ctas), 0 for the plain kernel: plain
+// calls of a stream-K build only, where it saves at least a step for every warp of the busiest CTA.
+int64_t gemv_stream_k_ctas(const GemvParams& params, int device);
 
 // exchange.mode kNone: the plain gemv. Tensor parallelism (gemv_exchange.h): kPush sends the
 // output rows to every rank's exchange buffer instead of `out`; kPull reads x as the sum of the
-// ranks' pushed rows instead of `x`. stream_k.parts set (with plan.ctas): the stream-K kernel.
+// ranks' pushed rows instead of `x`. stream_k.ctas > 0 (a plain call): the stream-K kernel.
 void run_gemv(const GemvParams& params, cudaStream_t stream, const GemvExchangeParams& exchange = {},
-              const GemvStreamKParams& stream_k = {}, const GemvStreamKPlan& plan = {});
+              const GemvStreamKParams& stream_k = {});
 
 }  // namespace cute_ops

@@ -66,7 +66,7 @@ namespace cute_ops::gemv {
 #endif
 
 // 1: plain calls whose units leave CTA slots idle or unevenly loaded run the stream-K kernel
-// (gemv_stream_k.cuh, gemv_stream_k_plan): an experiment, off by default; the default build's code
+// (gemv_stream_k.cuh, gemv_stream_k_ctas): an experiment, off by default; the default build's code
 // is the plain kernel's (docs/perf-notes.md, session 44).
 #ifndef CUTE_OPS_GEMV_STREAM_K
 #define CUTE_OPS_GEMV_STREAM_K 0

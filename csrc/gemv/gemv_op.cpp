@@ -48,13 +48,13 @@ at::Tensor gemv(const at::Tensor& x, const at::Tensor& weight, const std::option
   set_inputs(p, x, residual);
   p.out = out.data_ptr();
   const cudaStream_t stream = current_stream(x);
-  const GemvStreamKPlan plan = gemv_stream_k_plan(p, x.device().index());
   GemvStreamKParams stream_k;
-  if (plan.ctas > 0) {  // the pieces' words, zero and left zero (common/arrival_counters.h): 2 ints a word
-    int* words = arrival_counters(x.device().index(), stream, static_cast<size_t>(2 * plan.ctas * kGemvPartWords));
+  stream_k.ctas = gemv_stream_k_ctas(p, x.device().index());
+  if (stream_k.ctas > 0) {  // the pieces' words, zero and left zero (common/arrival_counters.h): 2 ints a word
+    int* words = arrival_counters(x.device().index(), stream, static_cast<size_t>(2 * stream_k.ctas * kGemvPartWords));
     stream_k.parts = reinterpret_cast<uint64_t*>(words);
   }
-  run_gemv(p, stream, {}, stream_k, plan);
+  run_gemv(p, stream, {}, stream_k);
   return out;
 }
 
