@@ -54,6 +54,17 @@ void launch(const GemvParams& p, const GemvExchangeParams& e, cudaStream_t strea
   }
 }
 
+// CTAs of `kernel` that fit on `device` at once (cached in `cache`, one per kernel).
+template <typename Kernel>
+int64_t ctas_that_fit(Kernel* kernel, int device, PerDeviceInt& cache) {
+  return cache.get(device, [&] {
+    int n = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, gemv::kSmemBytes),
+               "gemv occupancy");
+    return std::max(n, 1) * device_info(device).sms;
+  });
+}
+
 // CTAs of gemv's kernels that fit on the current device at once (they share the launch bounds
 // and the shared memory), for gemv_stream_k_ctas.
 int64_t gemv_slots(int device) {
@@ -61,12 +72,7 @@ int64_t gemv_slots(int device) {
   static PerDeviceInt slots;
   auto* kernel = &gemv::gemv_kernel<__nv_bfloat16, false, false, false>;
   smem_opt_in.apply(kernel, gemv::kSmemBytes, "gemv shared memory");
-  return slots.get(device, [&] {
-    int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, gemv::kSmemBytes),
-               "gemv occupancy");
-    return std::max(n, 1) * device_info(device).sms;
-  });
+  return ctas_that_fit(kernel, device, slots);
 }
 
 #if CUTE_OPS_GEMV_STREAM_K
@@ -80,14 +86,8 @@ void launch_stream_k(const GemvParams& p, const GemvStreamKParams& sk, cudaStrea
   // No more CTAs than fit at once (the plan counted the plain kernel's slots; this one's registers
   // differ): fewer CTAs only make the shares longer (ctas is read in the kernel as gridDim.x).
   static PerDeviceInt resident;
-  const DeviceInfo info = device_info(device);
-  const int64_t fit = resident.get(device, [&] {
-    int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, gemv::kSmemBytes),
-               "gemv occupancy");
-    return std::max(n, 1) * info.sms;
-  });
-  launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(std::min(sk.ctas, fit))), dim3(gemv::kThreads),
+  const int64_t ctas = std::min(sk.ctas, ctas_that_fit(kernel, device, resident));
+  launch_dependent(device_info(device).major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads),
                    gemv::kSmemBytes, stream, p, sk);
 }
 #endif
