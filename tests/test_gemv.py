@@ -10,14 +10,17 @@ from torch._subclasses import FakeTensorMode
 import cute_ops
 from cute_ops import reference as ref
 from cute_ops.gemv import MAX_ROWS
-from conftest import CHECK_DEVICES, assert_close_to_reference, capture_graph, on_device, poison_allocator
+from conftest import (CHECK_DEVICES, assert_close_to_reference, capture_graph, gpu_kernel_names, on_device,
+                      poison_allocator)
 
 DTYPES = [torch.bfloat16, torch.float16]
 # (k, n): k from one 8-column chunk to more steps than a CTA has warps (and a partial last step);
-# n odd, below and above one 16-row unit; LLaMA-3-8B's qkv (384 units: 2 a CTA, or in a stream-K
-# build 1.45 a CTA, units cut between neighbours). With stream-K (a build knob, gemv_stream_k.cuh)
-# (4104, 1000) and (14336, 40) cut every unit over several CTAs.
-SHAPES = [(8, 17), (1000, 4097), (4104, 1000), (14336, 40), (4096, 6144)]
+# n odd, below and above one 16-row unit; LLaMA-3-8B's qkv (384 units). Stream-K (gemv_stream_k.cuh,
+# on in the default build) takes projections of more units than the device's CTA slots (264 on a
+# 132-SM H100 or H200): there the 8B's qkv runs 1.45 units a CTA, and (4104, 4401) (276 units of 33
+# steps, 551 for SwiGLU) cuts nearly every unit between two CTAs; the rest run the plain kernel.
+SHAPES = [(8, 17), (1000, 4097), (4104, 1000), (14336, 40), (4096, 6144), (4104, 4401)]
+STREAM_K_SHAPE = (4104, 4401)
 # Ours: x * norm_weight rounded once (PyTorch rounds x * inv_rms * norm_weight once), float32 sums,
 # the output rounded once (twice with a residual, as F.linear + residual rounds). PyTorch's error in
 # the working dtype has as many roundings, plus its cuBLAS sums; k = 2 leaves room for them to fall
@@ -132,7 +135,7 @@ def test_matches_reference(dtype, m, k, n, variant):
 def test_rows_are_independent(variant):
     """Each row of a batched call is bit-identical to the call with that row alone (the decode
     loop's batched and single-sequence generations agree)."""
-    x, weight, kw = _inputs(7, 4096, 1000, torch.bfloat16, variant)
+    x, weight, kw = _inputs(7, *STREAM_K_SHAPE, torch.bfloat16, variant)
     out = cute_ops.gemv(x, weight, **kw)
     for i in range(7):
         row_kw = dict(kw, residual=kw["residual"][i:i + 1]) if "residual" in kw else kw
@@ -142,10 +145,9 @@ def test_rows_are_independent(variant):
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["plain", "norm_swiglu", "norm_residual"])
 def test_repeat_calls_are_bit_identical(variant):
-    """The same call again gives the same bits: the sums' order is fixed (with stream-K, a build
-    knob, the CTA holding a cut unit's first steps adds the other pieces in CTA order, however late
-    they land). 1000 outputs of k = 4096 are few units: stream-K cuts each over 4 CTAs."""
-    x, weight, kw = _inputs(3, 4096, 1000, torch.bfloat16, variant)
+    """The same call again gives the same bits: the sums' order is fixed (with stream-K, the CTA
+    holding a cut unit's first steps adds the other pieces in CTA order, however late they land)."""
+    x, weight, kw = _inputs(3, *STREAM_K_SHAPE, torch.bfloat16, variant)
     first = cute_ops.gemv(x, weight, **kw)
     side, busy = torch.cuda.Stream(), torch.randn(2048, 2048, device="cuda")
     for i in range(8):
@@ -155,6 +157,21 @@ def test_repeat_calls_are_bit_identical(variant):
                 busy @ busy
         assert torch.equal(cute_ops.gemv(x, weight, **kw), first), i
     torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+def test_stream_k_runs_where_planned():
+    """In the default build on a 132-SM device (H100 SXM, H200: 264 CTA slots), the stream-K kernel
+    runs for STREAM_K_SHAPE and the 8B's qkv, and the plain kernel for a projection of one wave, so
+    that the tests above test both (a build with CUTE_OPS_GEMV_STREAM_K=0 fails this one)."""
+    if torch.cuda.get_device_properties(0).multi_processor_count != 132:
+        pytest.skip("the shapes' plan is worked out for 132 SMs (H100 SXM, H200)")
+    for (k, n), streamed in ((STREAM_K_SHAPE, True), ((4096, 6144), True), ((4104, 1000), False)):
+        x, weight, kw = _inputs(1, k, n, torch.bfloat16, "norm")
+        names = gpu_kernel_names(lambda: cute_ops.gemv(x, weight, **kw))
+        if not names:
+            pytest.skip("the profiler recorded no kernels here (CUPTI taken by another tool?)")
+        assert len(names) == 1 and ("gemv_stream_k_kernel" in names[0]) == streamed, (k, n, names)
 
 
 @pytest.mark.gpu

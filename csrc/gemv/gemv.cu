@@ -94,14 +94,17 @@ void launch_stream_k(const GemvParams& p, const GemvStreamKParams& sk, cudaStrea
 
 }  // namespace
 
-// Stream-K where the plain kernel's busiest CTA streams at least one step a warp more than an
-// equal share would (a unit's steps go to a CTA's warps in turn): 8B's qkv (384 units of 32 steps
-// on 264 slots: 2 units against 1.45), TP=2's gate/up (896: 4 against 3.4), 70B TP=2's qkv (320 of
-// 64 steps: 2 against 1.2). Each CTA's share is at least a step a warp. From n, k and the device
-// only, never m: rows stay independent.
+// Stream-K where the plain kernel needs more than one wave of CTAs and its busiest CTA streams at
+// least one step a warp more than an equal share would (a unit's steps go to a CTA's warps in
+// turn): 8B's qkv (384 units of 32 steps on 264 slots: 2 units against 1.45), TP=2's gate/up (896:
+// 4 against 3.4), 70B TP=2's qkv (320 of 64 steps: 2 against 1.2), the lm_heads. Not in one wave
+// (8B TP=2's qkv, 192 units): there stream-K measured 407 -> 421 us a step (session 45), its
+// pieces' stores and sums costing more than the spread gains. Each CTA's share is at least a step
+// a warp. From n, k and the device only, never m: rows stay independent.
 int64_t gemv_stream_k_ctas(const GemvParams& p, int device) {
   if (!gemv::kStreamK || p.m == 0 || p.out_cols == 0) return 0;
   const int64_t slots = gemv_slots(device), units = gemv::num_units(p);
+  if (units <= slots) return 0;
   const int64_t n_steps = (p.k + gemv::kStepK - 1) / gemv::kStepK, total = units * n_steps;
   const int64_t ctas = std::min(slots, total / gemv::kWarps);
   if (ctas < 2) return 0;

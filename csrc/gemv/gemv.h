@@ -30,7 +30,7 @@ struct GemvParams {
   DType dtype;                // of every tensor (float16 or bfloat16)
 };
 
-// Stream-K (an experiment behind CUTE_OPS_GEMV_STREAM_K, gemv_stream_k.cuh): every CTA streams an
+// Stream-K (gemv_stream_k.cuh; CUTE_OPS_GEMV_STREAM_K=0 builds without it): every CTA streams an
 // equal share of the projection's (unit, k step) pairs, so a unit may be cut between neighbouring
 // CTAs; the CTA holding a cut unit's first steps adds the other pieces' float32 sums, in CTA order.
 // A second kernel argument, so that the plain kernel's parameters (and code) stay as they are.

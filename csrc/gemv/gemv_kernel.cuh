@@ -65,11 +65,11 @@ namespace cute_ops::gemv {
 #define CUTE_OPS_GEMV_EVICT_FIRST 1
 #endif
 
-// 1: plain calls whose units leave CTA slots idle or unevenly loaded run the stream-K kernel
-// (gemv_stream_k.cuh, gemv_stream_k_ctas): an experiment, off by default; the default build's code
-// is the plain kernel's (docs/perf-notes.md, session 44).
+// 1: plain calls whose units load the CTA slots unevenly run the stream-K kernel (gemv_stream_k.cuh,
+// gemv_stream_k_ctas): 2 x H200, a B = 1 step of the 8B 4463 -> 4410 us, of the 70B at TP=2
+// 19972 -> 19259 us (docs/perf-notes.md, session 45). 0: the plain kernel only.
 #ifndef CUTE_OPS_GEMV_STREAM_K
-#define CUTE_OPS_GEMV_STREAM_K 0
+#define CUTE_OPS_GEMV_STREAM_K 1
 #endif
 
 constexpr int kWarps = CUTE_OPS_GEMV_WARPS;

@@ -1,6 +1,6 @@
 #pragma once
-// Stream-K gemv: an experiment behind CUTE_OPS_GEMV_STREAM_K (off by default; docs/perf-notes.md,
-// session 44). The plain kernel gives each CTA whole units, the same number each: a projection of
+// Stream-K gemv (CUTE_OPS_GEMV_STREAM_K, on by default since session 45; docs/perf-notes.md,
+// sessions 44-45). The plain kernel gives each CTA whole units, the same number each: a projection of
 // 384 units on 264 CTA slots runs 192 CTAs of 2, and the H200's gemv rate follows the copies in
 // flight, so 72 slots' worth of streaming is lost. Here CTA r streams the pairs (unit, k step)
 // [r * total / ctas, (r + 1) * total / ctas) of the unit-major order, every slot the same share.
@@ -26,8 +26,8 @@
 // Names: as gemv_kernel.cuh's; a piece is unit `unit`'s steps [s0, s1) in this CTA.
 //
 // The step's mma and the epilogue repeat gemv_body's lines on purpose: moving them into shared
-// helpers changed the SASS of 12 of the plain kernels (session 44), and the knob must leave the
-// default build as it is. If stream-K wins and becomes the default, they share helpers then.
+// helpers changed the SASS of 12 of the plain kernels (session 44), which still run every o, down
+// and one-wave projection; sharing them waits for an A/B of the plain kernels with the helpers.
 #include <cstdint>
 #include <cstdio>
 
