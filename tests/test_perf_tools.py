@@ -344,6 +344,14 @@ def test_gemm_pair_choices_without_a_gpu_says_so(capsys):
     assert "needs a CUDA GPU" in capsys.readouterr().out
 
 
+# -- perf/tools/step_timing.py ---------------------------------------------------------------------
+
+def test_step_timing_without_a_gpu_says_so(monkeypatch, capsys):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert _tool("step_timing").main(["--preset", "llama3-8b"]) == 0
+    assert "no GPU here" in capsys.readouterr().out
+
+
 # -- perf/tools/allreduce_latency.py --------------------------------------------------------------
 
 def test_allreduce_latency_outside_torchrun_says_so_with_multicast_off(monkeypatch, capsys):
