@@ -141,9 +141,11 @@ def gemm_pair_cases():
 
 def gemv_cases():
     # k: one chunk, a partial step, more steps than warps; n: below and past one unit of 16 rows;
-    # SwiGLU with a partial gate/up block. The last: more units than a 132-SM device's CTA slots,
-    # nearly each cut between two CTAs by stream-K (gemv_stream_k.cuh).
-    for m, k, n in ((1, 8, 17), (5, 1000, 33), (8, 1160, 130), (3, 4104, 4401)):
+    # SwiGLU with a partial gate/up block. (3, 4104, 4401): more units than a 132-SM device's CTA
+    # slots, nearly each cut between two CTAs by stream-K (gemv_stream_k.cuh); (2, 1024, 16896):
+    # whole waves of the plain kernel, 4 units a CTA (8 for SwiGLU), the warps' partials handed over
+    # at every step.
+    for m, k, n in ((1, 8, 17), (5, 1000, 33), (8, 1160, 130), (3, 4104, 4401), (2, 1024, 16896)):
         x, w = rand(m, k), rand(n, k) * 0.1
         cute_ops.gemv(x, w, norm_weight=rand(k), residual=rand(m, n))
         gate_up = cute_ops.pack_gate_up(rand(n, k) * 0.1, rand(n, k) * 0.1)

@@ -18,8 +18,9 @@ DTYPES = [torch.bfloat16, torch.float16]
 # n odd, below and above one 16-row unit; LLaMA-3-8B's qkv (384 units). Stream-K (gemv_stream_k.cuh,
 # on in the default build) takes projections of more units than the device's CTA slots (264 on a
 # 132-SM H100 or H200): there the 8B's qkv runs 1.45 units a CTA, and (4104, 4401) (276 units of 33
-# steps, 551 for SwiGLU) cuts nearly every unit between two CTAs; the rest run the plain kernel.
-SHAPES = [(8, 17), (1000, 4097), (4104, 1000), (14336, 40), (4096, 6144), (4104, 4401)]
+# steps, 551 for SwiGLU) cuts nearly every unit between two CTAs; the rest run the plain kernel,
+# (1024, 16896) with 4 whole units a CTA (8 for SwiGLU) of one step a warp: a barrier a step.
+SHAPES = [(8, 17), (1000, 4097), (4104, 1000), (14336, 40), (4096, 6144), (4104, 4401), (1024, 16896)]
 STREAM_K_SHAPE = (4104, 4401)
 # Ours: x * norm_weight rounded once (PyTorch rounds x * inv_rms * norm_weight once), float32 sums,
 # the output rounded once (twice with a residual, as F.linear + residual rounds). PyTorch's error in
@@ -162,11 +163,12 @@ def test_repeat_calls_are_bit_identical(variant):
 @pytest.mark.gpu
 def test_stream_k_runs_where_planned():
     """In the default build on a 132-SM device (H100 SXM, H200: 264 CTA slots), the stream-K kernel
-    runs for STREAM_K_SHAPE and the 8B's qkv, and the plain kernel for a projection of one wave, so
-    that the tests above test both (a build with CUTE_OPS_GEMV_STREAM_K=0 fails this one)."""
+    runs for STREAM_K_SHAPE and the 8B's qkv, and the plain kernel for a projection of one wave and
+    one of whole waves, so that the tests above test both (a build with CUTE_OPS_GEMV_STREAM_K=0 fails this one)."""
     if torch.cuda.get_device_properties(0).multi_processor_count != 132:
         pytest.skip("the shapes' plan is worked out for 132 SMs (H100 SXM, H200)")
-    for (k, n), streamed in ((STREAM_K_SHAPE, True), ((4096, 6144), True), ((4104, 1000), False)):
+    for (k, n), streamed in ((STREAM_K_SHAPE, True), ((4096, 6144), True), ((4104, 1000), False),
+                             ((1024, 16896), False)):
         x, weight, kw = _inputs(1, k, n, torch.bfloat16, "norm")
         names = gpu_kernel_names(lambda: cute_ops.gemv(x, weight, **kw))
         if not names:

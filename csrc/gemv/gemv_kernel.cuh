@@ -38,6 +38,9 @@
 // packed weight (common/gate_up_layout.h), so the lane that holds the gate sum of an output also
 // holds its up sum.
 #include <cute/arch/mma_sm80.hpp>
+#if CUTE_OPS_GEMV_ASYNC_REDUCE
+#include <cutlass/arch/barrier.h>
+#endif
 
 #include <cstdint>
 
@@ -72,6 +75,13 @@ namespace cute_ops::gemv {
 #define CUTE_OPS_GEMV_STREAM_K 1
 #endif
 
+// 1 (an experiment, off by default; docs/perf-notes.md, session 45): a plain gemv's warps hand a
+// unit's partial sums to one warp through named barriers instead of __syncthreads, so only that
+// warp waits for them and the others stream on (see gemv_body's unit end). sm_90 only.
+#ifndef CUTE_OPS_GEMV_ASYNC_REDUCE
+#define CUTE_OPS_GEMV_ASYNC_REDUCE 0
+#endif
+
 constexpr int kWarps = CUTE_OPS_GEMV_WARPS;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = 16 / kWarps;  // 16 warps an SM: the register cap of __launch_bounds__
@@ -83,6 +93,16 @@ constexpr int kStages = CUTE_OPS_GEMV_STAGES;
 constexpr int kSlots = 2 * kChunks;          // a lane's 16-byte W chunks a step: rows lo and hi
 constexpr int kSmemBytes = kStages * kSlots * kThreads * 16;  // 96 KB at 8 warps, 3 stages
 constexpr bool kStreamK = CUTE_OPS_GEMV_STREAM_K != 0;
+#if CUTE_OPS_GEMV_ASYNC_REDUCE
+// Where it compiles: CUTLASS's named barriers are sm_90's (other targets keep __syncthreads).
+// Barrier ids 0-3 of CUTLASS's user range: full and empty, per buffer.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+constexpr bool kAsyncReduceHere = true;
+#else
+constexpr bool kAsyncReduceHere = false;
+#endif
+constexpr uint32_t kFullBarrier = 0, kEmptyBarrier = 2;
+#endif
 static_assert(kGemvMaxRows == 8, "the B operand of m16n8k16 holds 8 rows of x");
 
 // Units of 16 W rows: plain, or 8 outputs (8 gate + 8 up rows) each for SwiGLU.
@@ -302,6 +322,71 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
         Mma::fma(acc[0], acc[1], acc[2], acc[3], lo.z, hi.z, lo.w, hi.w, b.z, b.w, acc[0], acc[1], acc[2], acc[3]);
       }
     }
+#if CUTE_OPS_GEMV_ASYNC_REDUCE  // (the default build's code stays byte for byte what was measured)
+    if constexpr (kAsyncReduceHere && kExchange == GemvExchangeMode::kNone) {
+      // Unit `local`'s partials go through buffer local % 2 to warp local % kWarps, the unit's
+      // reducer, by named barriers: the reducer waits for every warp's partial (full), reads them,
+      // frees the buffer (empty) and runs the epilogue; the others only arrive and stream on into
+      // the next unit meanwhile. A warp writes the buffer of unit `local` once unit local - 2's
+      // reducer has read it (that reducer itself needs no wait). The sums are added in warp order,
+      // as below: the same bits. Repeats the lines of the barrier path on purpose (the default
+      // build's code stays as it was measured); one of the two goes once measured.
+      using cutlass::arch::NamedBarrier;
+      const int64_t local = (unit - blockIdx.x) / gridDim.x;  // this CTA's units before this one
+      const int reducer = static_cast<int>(local % kWarps);
+      if (local >= 2 && warp != static_cast<int>((local - 2) % kWarps)) NamedBarrier::sync(kThreads, kEmptyBarrier + buffer);
+      s_partial[buffer][warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      if constexpr (kNorm) {
+        sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 1);
+        sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 2);
+        if (c == 0) s_sum_sq[buffer][warp][g] = sum_sq;
+      }
+      if (warp != reducer) {
+        NamedBarrier::arrive(kThreads, kFullBarrier + buffer);
+      } else {
+        NamedBarrier::sync(kThreads, kFullBarrier + buffer);
+        float v[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int w_i = 0; w_i < kWarps; ++w_i) {
+          const float4 part = s_partial[buffer][w_i][lane];
+          v[0] += part.x;
+          v[1] += part.y;
+          v[2] += part.z;
+          v[3] += part.w;
+        }
+        float scale[2] = {1.f, 1.f};  // inv_rms of x's rows 2c and 2c + 1
+        if constexpr (kNorm) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            float total = 0.f;
+#pragma unroll
+            for (int w_i = 0; w_i < kWarps; ++w_i) total += s_sum_sq[buffer][w_i][2 * c + j];
+            scale[j] = rsqrtf(total / static_cast<float>(p.k) + p.eps);
+          }
+        }
+        if (local + 2 < cta_units) NamedBarrier::arrive(kThreads, kEmptyBarrier + buffer);
+        T* out = static_cast<T*>(p.out);
+        const T* residual = static_cast<const T*>(p.residual);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int row = 2 * c + j;
+          if (row >= p.m) continue;
+#pragma unroll
+          for (int half = 0; half < (kSwiGLU ? 1 : 2); ++half) {
+            const int col = half == 0 ? out_rows.col_lo : out_rows.col_hi;
+            if (col < 0) continue;
+            float y = kSwiGLU ? silu_times(scale[j] * v[j], scale[j] * v[2 + j]) : scale[j] * v[2 * half + j];
+            if constexpr (kResidual) {
+              y = to_float(from_float<T>(y)) + to_float(residual[row * p.residual_row_stride + col]);
+            }
+            out[static_cast<int64_t>(row) * p.out_cols + col] = from_float<T>(y);
+          }
+        }
+      }
+      buffer ^= 1;
+      continue;  // the next unit
+    }
+#endif
     s_partial[buffer][warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     if constexpr (kNorm) {
       sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 1);  // the 4 lanes of row g of x
