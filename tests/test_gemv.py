@@ -19,8 +19,10 @@ DTYPES = [torch.bfloat16, torch.float16]
 # on in the default build) takes projections of more units than the device's CTA slots (264 on a
 # 132-SM H100 or H200): there the 8B's qkv runs 1.45 units a CTA, and (4104, 4401) (276 units of 33
 # steps, 551 for SwiGLU) cuts nearly every unit between two CTAs; the rest run the plain kernel,
-# (1024, 16896) with 4 whole units a CTA (8 for SwiGLU) of one step a warp: a barrier a step.
-SHAPES = [(8, 17), (1000, 4097), (4104, 1000), (14336, 40), (4096, 6144), (4104, 4401), (1024, 16896)]
+# (1024, 16896) with 4 whole units a CTA (8 for SwiGLU) of one step a warp: a barrier a step, and
+# (264, 16896) the same with 5 of the 8 warps stepping nothing.
+SHAPES = [(8, 17), (1000, 4097), (4104, 1000), (14336, 40), (4096, 6144), (4104, 4401), (1024, 16896),
+          (264, 16896)]
 STREAM_K_SHAPE = (4104, 4401)
 # Ours: x * norm_weight rounded once (PyTorch rounds x * inv_rms * norm_weight once), float32 sums,
 # the output rounded once (twice with a residual, as F.linear + residual rounds). PyTorch's error in

@@ -96,12 +96,24 @@ constexpr bool kStreamK = CUTE_OPS_GEMV_STREAM_K != 0;
 #if CUTE_OPS_GEMV_ASYNC_REDUCE
 // Where it compiles: CUTLASS's named barriers are sm_90's (other targets keep __syncthreads).
 // Barrier ids 0-3 of CUTLASS's user range: full and empty, per buffer.
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#if !defined(__CUDA_ARCH__) || (__CUDA_ARCH__ >= 900 && __CUDACC_VER_MAJOR__ >= 12)
 constexpr bool kAsyncReduceHere = true;
 #else
 constexpr bool kAsyncReduceHere = false;
 #endif
 constexpr uint32_t kFullBarrier = 0, kEmptyBarrier = 2;
+// CUTLASS's barrier asm has no memory clobber: the compiler must not move shared-memory accesses
+// across it (as after cp_async_wait below).
+__device__ __forceinline__ void named_sync(uint32_t id) {
+  asm volatile("" ::: "memory");
+  cutlass::arch::NamedBarrier::sync(kThreads, id);
+  asm volatile("" ::: "memory");
+}
+__device__ __forceinline__ void named_arrive(uint32_t id) {
+  asm volatile("" ::: "memory");
+  cutlass::arch::NamedBarrier::arrive(kThreads, id);
+  asm volatile("" ::: "memory");
+}
 #endif
 static_assert(kGemvMaxRows == 8, "the B operand of m16n8k16 holds 8 rows of x");
 
@@ -279,6 +291,9 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
 
   int64_t item = 0;
   int buffer = 0;
+#if CUTE_OPS_GEMV_ASYNC_REDUCE
+  [[maybe_unused]] int64_t local = 0;  // this CTA's units before the current one
+#endif
   for (int64_t unit = blockIdx.x; unit < n_units; unit += gridDim.x) {
     const UnitRows out_rows = unit_rows<kSwiGLU>(p, unit, g);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -331,10 +346,9 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
       // reducer has read it (that reducer itself needs no wait). The sums are added in warp order,
       // as below: the same bits. Repeats the lines of the barrier path on purpose (the default
       // build's code stays as it was measured); one of the two goes once measured.
-      using cutlass::arch::NamedBarrier;
-      const int64_t local = (unit - blockIdx.x) / gridDim.x;  // this CTA's units before this one
       const int reducer = static_cast<int>(local % kWarps);
-      if (local >= 2 && warp != static_cast<int>((local - 2) % kWarps)) NamedBarrier::sync(kThreads, kEmptyBarrier + buffer);
+      if (local >= 2 && warp != static_cast<int>((local - 2) % kWarps)) named_sync(kEmptyBarrier + buffer);
+      __syncwarp();  // the reducer of unit local - 2 (no wait above): its lanes' reads of the buffer first
       s_partial[buffer][warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
       if constexpr (kNorm) {
         sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 1);
@@ -342,9 +356,9 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
         if (c == 0) s_sum_sq[buffer][warp][g] = sum_sq;
       }
       if (warp != reducer) {
-        NamedBarrier::arrive(kThreads, kFullBarrier + buffer);
+        named_arrive(kFullBarrier + buffer);
       } else {
-        NamedBarrier::sync(kThreads, kFullBarrier + buffer);
+        named_sync(kFullBarrier + buffer);
         float v[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int w_i = 0; w_i < kWarps; ++w_i) {
@@ -364,7 +378,7 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
             scale[j] = rsqrtf(total / static_cast<float>(p.k) + p.eps);
           }
         }
-        if (local + 2 < cta_units) NamedBarrier::arrive(kThreads, kEmptyBarrier + buffer);
+        if (local + 2 < cta_units) named_arrive(kEmptyBarrier + buffer);
         T* out = static_cast<T*>(p.out);
         const T* residual = static_cast<const T*>(p.residual);
 #pragma unroll
@@ -383,6 +397,7 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
           }
         }
       }
+      ++local;
       buffer ^= 1;
       continue;  // the next unit
     }
