@@ -8,8 +8,9 @@ ceiling, next to the graph-replayed step time (the difference is idle time betwe
     python perf/tools/llama_breakdown.py [--preset llama3-8b] [--batch 1] [--ctx 512]
     torchrun --nproc-per-node 2 perf/tools/llama_breakdown.py ...   # tensor parallel: rank 0's kernels
 
-Under torchrun every rank runs the same steps (the all-reduces pair up) and rank 0 prints; the
-bytes column is then one rank's share.
+Under torchrun every rank runs the same steps (the all-reduces pair up) and rank 0 prints (or
+--rank R: comparing two ranks' tables shows whether one waits for the other); the bytes column is
+then one rank's share.
 """
 from __future__ import annotations
 
@@ -64,12 +65,16 @@ def main() -> None:
     ap.add_argument("--timeline", type=int, default=0, metavar="N",
                     help="also print N kernels of the last profiled step from its third layer on: start, end and "
                          "the gap to the previous kernel's end (us), to see where a layer's time goes")
+    ap.add_argument("--rank", type=int, default=0,
+                    help="under torchrun, the rank whose kernels are printed (every rank profiles its own)")
     ap.add_argument("--graph", action="store_true",
                     help="profile the step's CUDA-graph replays instead of eager steps (eager steps of a "
                          "tensor-parallel model are bound by the host's launches, which spreads the kernels out)")
     args = ap.parse_args()
     cfg = PRESETS[args.preset]
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    if not 0 <= args.rank < world:
+        ap.error(f"--rank {args.rank}: this run has ranks 0-{world - 1}")
     tp = TensorParallel.from_torchrun(world) if world > 1 else TensorParallel()
     model = Llama.random(cfg, tp=tp)
     runner = decode_runner(model, args.batch, args.ctx)  # sequences at position ctx over a random cache
@@ -111,7 +116,7 @@ def main() -> None:
         per_group[g] += max(0.0, end - max(start, covered)) / args.steps
         counts[g] += 1
         covered = max(covered, end)
-    if tp.rank != 0:
+    if tp.rank != args.rank:
         return
     esz = 2 / tp.world_size  # bytes an element, over the ranks: one rank's share of each weight
     layer = cfg.hidden_size
@@ -128,7 +133,7 @@ def main() -> None:
     }
     ceiling = copy_ceiling_tbs("cuda")
     total_kernels = sum(per_group.values())
-    print(f"{torch.cuda.get_device_name()} (rank 0 of {tp.world_size}), {args.preset} bf16, batch {b}, ctx {args.ctx}: graph-replayed step "
+    print(f"{torch.cuda.get_device_name()} (rank {tp.rank} of {tp.world_size}), {args.preset} bf16, batch {b}, ctx {args.ctx}: graph-replayed step "
           f"{graph_ms * 1e3:.0f} us; device busy in a profiled step {total_kernels:.0f} us; copy ceiling "
           f"{ceiling:.2f} TB/s")
     print(f"| op | kernels / step | us / step | share | bytes read (MB) | TB/s | of copy ceiling |\n"
