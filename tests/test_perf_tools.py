@@ -352,6 +352,14 @@ def test_step_timing_without_a_gpu_says_so(monkeypatch, capsys):
     assert "no GPU here" in capsys.readouterr().out
 
 
+# -- perf/tools/gemv_bits.py -----------------------------------------------------------------------
+
+def test_gemv_bits_without_a_gpu_says_so(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert _tool("gemv_bits").main([str(tmp_path / "bits.pt")]) == 0
+    assert "no GPU here" in capsys.readouterr().out and not (tmp_path / "bits.pt").exists()
+
+
 # -- perf/tools/allreduce_latency.py --------------------------------------------------------------
 
 def test_allreduce_latency_outside_torchrun_says_so_with_multicast_off(monkeypatch, capsys):
