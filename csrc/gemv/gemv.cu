@@ -19,6 +19,17 @@ namespace cute_ops {
 
 namespace {
 
+// CTAs of `kernel` that fit on `device` at once (cached in `cache`, one per kernel).
+template <typename Kernel>
+int64_t ctas_that_fit(Kernel* kernel, int device, PerDeviceInt& cache) {
+  return cache.get(device, [&] {
+    int n = 0;
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, gemv::kSmemBytes),
+               "gemv occupancy");
+    return std::max(n, 1) * device_info(device).sms;
+  });
+}
+
 template <typename T, bool kNorm, bool kResidual, bool kSwiGLU,
           GemvExchangeMode kExchange = GemvExchangeMode::kNone>
 void launch(const GemvParams& p, const GemvExchangeParams& e, cudaStream_t stream) {
@@ -31,16 +42,11 @@ void launch(const GemvParams& p, const GemvExchangeParams& e, cudaStream_t strea
   const DeviceInfo info = device_info(device);
   static DynamicSmemOptIn smem_opt_in;
   smem_opt_in.apply(kernel, gemv::kSmemBytes, "gemv shared memory");
-  static PerDeviceInt ctas_per_sm;
-  const int per_sm = ctas_per_sm.get(device, [&] {
-    int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, gemv::kSmemBytes), "gemv occupancy");
-    return std::max(n, 1);
-  });
+  static PerDeviceInt resident;
   // Every CTA the same number of units: with 384 units on 264 slots, 192 CTAs of 2 units finish
   // together where 264 CTAs of 1 or 2 would leave 120 streaming alone at the end.
   const int64_t units = gemv::num_units(p);
-  const int64_t slots = static_cast<int64_t>(info.sms) * per_sm;
+  const int64_t slots = ctas_that_fit(kernel, device, resident);
   const int64_t units_per_cta = (units + slots - 1) / slots;
   const int64_t ctas = (units + units_per_cta - 1) / units_per_cta;
   if (kExchange == GemvExchangeMode::kPush && ctas > kGemvMaxPushCtas) {
@@ -52,17 +58,6 @@ void launch(const GemvParams& p, const GemvExchangeParams& e, cudaStream_t strea
   } else {
     launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads), gemv::kSmemBytes, stream, p, e);
   }
-}
-
-// CTAs of `kernel` that fit on `device` at once (cached in `cache`, one per kernel).
-template <typename Kernel>
-int64_t ctas_that_fit(Kernel* kernel, int device, PerDeviceInt& cache) {
-  return cache.get(device, [&] {
-    int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gemv::kThreads, gemv::kSmemBytes),
-               "gemv occupancy");
-    return std::max(n, 1) * device_info(device).sms;
-  });
 }
 
 // CTAs of gemv's kernels that fit on the current device at once (they share the launch bounds
