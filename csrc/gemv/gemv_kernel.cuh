@@ -37,6 +37,16 @@
 // SwiGLU. A unit then reads 8 gate rows (mma rows g) and their 8 up rows (rows g + 8) of the
 // packed weight (common/gate_up_layout.h), so the lane that holds the gate sum of an output also
 // holds its up sum.
+
+// 1 (the default): a plain gemv's warps hand a unit's partial sums to one warp through named
+// barriers instead of __syncthreads, so only that warp waits for them and the others stream on (see
+// gemv_body's unit end): one H200, a B = 1 step of the 8B 4414 -> 4378 us, the same bits
+// (docs/perf-notes.md, session 46). 2: the stream-K kernel's pieces too (an experiment). 0: the
+// __syncthreads of before. sm_90 only (CUTLASS's named barriers); other targets keep __syncthreads.
+#ifndef CUTE_OPS_GEMV_ASYNC_REDUCE
+#define CUTE_OPS_GEMV_ASYNC_REDUCE 1
+#endif
+
 #include <cute/arch/mma_sm80.hpp>
 #if CUTE_OPS_GEMV_ASYNC_REDUCE
 #include <cutlass/arch/barrier.h>
@@ -73,13 +83,6 @@ namespace cute_ops::gemv {
 // 19972 -> 19259 us (docs/perf-notes.md, session 45). 0: the plain kernel only.
 #ifndef CUTE_OPS_GEMV_STREAM_K
 #define CUTE_OPS_GEMV_STREAM_K 1
-#endif
-
-// 1 (an experiment, off by default; docs/perf-notes.md, session 45): a plain gemv's warps hand a
-// unit's partial sums to one warp through named barriers instead of __syncthreads, so only that
-// warp waits for them and the others stream on (see gemv_body's unit end). sm_90 only.
-#ifndef CUTE_OPS_GEMV_ASYNC_REDUCE
-#define CUTE_OPS_GEMV_ASYNC_REDUCE 0
 #endif
 
 constexpr int kWarps = CUTE_OPS_GEMV_WARPS;
@@ -337,15 +340,16 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
         Mma::fma(acc[0], acc[1], acc[2], acc[3], lo.z, hi.z, lo.w, hi.w, b.z, b.w, acc[0], acc[1], acc[2], acc[3]);
       }
     }
-#if CUTE_OPS_GEMV_ASYNC_REDUCE  // (the default build's code stays byte for byte what was measured)
+#if CUTE_OPS_GEMV_ASYNC_REDUCE  // (under #if: with 0 the kernels' code is byte for byte that of before)
     if constexpr (kAsyncReduceHere && kExchange == GemvExchangeMode::kNone) {
       // Unit `local`'s partials go through buffer local % 2 to warp local % kWarps, the unit's
       // reducer, by named barriers: the reducer waits for every warp's partial (full), reads them,
       // frees the buffer (empty) and runs the epilogue; the others only arrive and stream on into
       // the next unit meanwhile. A warp writes the buffer of unit `local` once unit local - 2's
       // reducer has read it (that reducer itself needs no wait). The sums are added in warp order,
-      // as below: the same bits. Repeats the lines of the barrier path on purpose (the default
-      // build's code stays as it was measured); one of the two goes once measured.
+      // as below: the same bits. Repeats the lines of the __syncthreads path below on purpose: that
+      // path still runs the push and pull kernels and pre-sm_90 targets, and their code stays as it
+      // was measured (ptxas moves it for as little as an unused constant; session 45).
       const int reducer = static_cast<int>(local % kWarps);
       if (local >= 2 && warp != static_cast<int>((local - 2) % kWarps)) named_sync(kEmptyBarrier + buffer);
       __syncwarp();  // the reducer of unit local - 2 (no wait above): its lanes' reads of the buffer first

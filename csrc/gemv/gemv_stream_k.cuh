@@ -106,6 +106,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
   allow_dependent_launch();
 
   int stage = 0, buffer = 0;
+#if CUTE_OPS_GEMV_ASYNC_REDUCE >= 2
+  int64_t local = 0;  // this CTA's pieces before the current one
+#endif
   for (int64_t unit = first_unit; unit <= last_unit; ++unit) {
     const int s0 = piece_s0(unit), s1 = piece_s1(unit);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -129,14 +132,34 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
       }
       stage = stage + 1 == kStages ? 0 : stage + 1;
     }
+#if CUTE_OPS_GEMV_ASYNC_REDUCE >= 2
+    // Piece `local`'s partials go to warp local % kWarps through named barriers, as gemv_body's
+    // units do (its comment says how); the others stream on into the next piece meanwhile.
+    const int reducer = kAsyncReduceHere ? static_cast<int>(local % kWarps) : 0;
+    if (kAsyncReduceHere && local >= 2 && warp != static_cast<int>((local - 2) % kWarps)) {
+      named_sync(kEmptyBarrier + buffer);
+    }
+    __syncwarp();  // the reducer of piece local - 2 (no wait above): its lanes' reads of the buffer first
+#endif
     s_partial[buffer][warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     if constexpr (kNorm) {
       sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 1);
       sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 2);
       if (c == 0) s_sum_sq[buffer][warp][g] = sum_sq;
     }
+#if CUTE_OPS_GEMV_ASYNC_REDUCE >= 2
+    if (!kAsyncReduceHere) {
+      __syncthreads();
+    } else if (warp != reducer) {
+      named_arrive(kFullBarrier + buffer);
+    } else {
+      named_sync(kFullBarrier + buffer);
+    }
+    if (warp == reducer) {
+#else
     __syncthreads();
     if (warp == 0) {
+#endif
       // The piece's sums: the warps' partials in warp order; lane (g, c) holds rows g and g + 8 of
       // the unit for rows 2c and 2c + 1 of x (as in gemv_body), and the sums of x^2 of those rows.
       float v[4] = {0.f, 0.f, 0.f, 0.f}, sq[2] = {0.f, 0.f};
@@ -152,6 +175,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
           sq[1] += s_sum_sq[buffer][w_i][2 * c + 1];
         }
       }
+#if CUTE_OPS_GEMV_ASYNC_REDUCE >= 2
+      if (kAsyncReduceHere && local + 2 <= last_unit - first_unit) named_arrive(kEmptyBarrier + buffer);
+#endif
       uint64_t* mine = sk.parts + r * kGemvPartWords;
       if (s0 > 0) {
         // Not the unit's first piece: leave it for the CTA that has that one.
@@ -200,6 +226,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
         }
       }
     }
+#if CUTE_OPS_GEMV_ASYNC_REDUCE >= 2
+    ++local;
+#endif
     buffer ^= 1;
   }
 }
