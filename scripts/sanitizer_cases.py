@@ -7,6 +7,12 @@
     torchrun --nproc-per-node 2 --no-python compute-sanitizer --tool memcheck \
         python3 scripts/sanitizer_cases.py allreduce
 
+racecheck and gemv: the plain gemv kernel hands its partial sums over with a split named barrier
+(bar.arrive, then bar.sync in another warp), which racecheck does not model, so it reports those
+accesses as hazards (4 on Hopper, all in gemv_kernel.cuh's hand-over; perf/tools/racecheck_arrive.cu
+shows the same on a race-free kernel). To check the rest of gemv for races, racecheck a build with
+NVCC_APPEND_FLAGS=-DCUTE_OPS_GEMV_ASYNC_REDUCE=0 (the __syncthreads hand-over).
+
 Shapes are tiny (the tools slow kernels down 10-100x) and odd (tails in every tile loop). The bad
 cases run in the default "record" mode: the kernels must report them without touching memory out
 of bounds, which is what memcheck checks. Prints one line per case and "sanitizer cases done".

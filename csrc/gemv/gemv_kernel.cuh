@@ -41,8 +41,11 @@
 // 1 (the default): a plain gemv's warps hand a unit's partial sums to one warp through named
 // barriers instead of __syncthreads, so only that warp waits for them and the others stream on (see
 // gemv_body's unit end): one H200, a B = 1 step of the 8B 4414 -> 4378 us, the same bits
-// (docs/perf-notes.md, session 46). 2: the stream-K kernel's pieces too (an experiment). 0: the
-// __syncthreads of before. sm_90 only (CUTLASS's named barriers); other targets keep __syncthreads.
+// (docs/perf-notes.md, session 46). 2: the stream-K kernel's pieces too (an experiment, off: on 2 x
+// H100 within 0.4% of 1, not measured on an H200). 0: the __syncthreads of before. sm_90 only
+// (CUTLASS's named barriers); other targets keep __syncthreads. compute-sanitizer's racecheck
+// reports the hand-over's accesses as hazards: it does not model a split barrier (bar.arrive, then
+// bar.sync elsewhere), as perf/tools/racecheck_arrive.cu shows on a kernel that is race-free.
 #ifndef CUTE_OPS_GEMV_ASYNC_REDUCE
 #define CUTE_OPS_GEMV_ASYNC_REDUCE 1
 #endif
