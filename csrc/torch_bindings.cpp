@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "allreduce/peer_all_reduce_layout.h"
+#include "common/peer_layout.h"
 #include "common/registration.h"
 #include "flash_decode/flash_decode_supported.h"
 #include "flash_fwd/flash_fwd_supported.h"
@@ -91,13 +91,21 @@ TORCH_LIBRARY(cute_ops, m) {
   m.def("gemv_exchange_buffer(Tensor like, int slots, int world, int hidden) -> Tensor");
   m.def("gemv_exchange_handle(Tensor buffer) -> Tensor");
   m.def("gemv_exchange_open(Tensor buffer, Tensor handle) -> Tensor");
+  // gemv_push_lines: out = x @ weight^T (+ residual), as gemv, and out's rows stored as the lines of
+  // this rank's next peer_all_reduce call into every rank's peer workspace (workspace, workspaces and
+  // rank as peer_all_reduce's; gemv/gemv_exchange.h, kPushLines). That call, on out with
+  // pushed=True, then sums the ranks' rows into out without reading them first.
+  m.def("gemv_push_lines(Tensor x, Tensor weight, Tensor? residual, Tensor(a!) workspace, int[] workspaces, "
+        "int rank) -> Tensor");
 
   // ---- allreduce (csrc/allreduce) ---------------------------------------------------------
   // x (in place) = the sum of x over the ranks of one host, for tensors of at most 1 MiB (a decode
   // step's rows; allreduce/peer_all_reduce.h). workspace: this rank's, of
   // peer_all_reduce_workspace_bytes(world) bytes, zeroed, mapped by every rank; workspaces: every
-  // rank's workspace's address in this process (this rank's at [rank]).
-  m.def("peer_all_reduce(Tensor(a!) x, Tensor(b!) workspace, int[] workspaces, int rank) -> ()");
+  // rank's workspace's address in this process (this rank's at [rank]). pushed: every rank's
+  // gemv_push_lines already stored its rows as this call's lines; x's values are not read, x
+  // receives the sum (x: that gemv's output).
+  m.def("peer_all_reduce(Tensor(a!) x, Tensor(b!) workspace, int[] workspaces, int rank, bool pushed=False) -> ()");
   m.def("peer_all_reduce_workspace_bytes(int world) -> int", [](int64_t world) {
     return cute_ops::PeerLayout{world}.bytes();
   });

@@ -7,10 +7,11 @@ from __future__ import annotations
 import torch
 
 from ._library import require_kernels
+from .gemv import MAX_ROWS as GEMV_MAX_ROWS
 
 
 def _max_bytes() -> int:
-    """The largest tensor one call takes (kPeerMaxBytes, csrc/allreduce/peer_all_reduce_layout.h)."""
+    """The largest tensor one call takes (kPeerMaxBytes, csrc/common/peer_layout.h)."""
     global _MAX_BYTES
     if _MAX_BYTES is None:
         _MAX_BYTES = int(torch.ops.cute_ops.peer_all_reduce_max_bytes())
@@ -69,8 +70,32 @@ class PeerAllReduce:
         return (x.is_cuda and x.is_contiguous() and x.dtype in (torch.float16, torch.bfloat16, torch.float32)
                 and 0 < nbytes <= _max_bytes() and nbytes % 8 == 0 and x.storage_offset() * x.element_size() % 8 == 0)
 
+    @staticmethod
+    def takes_gemv(x: torch.Tensor, weight: torch.Tensor) -> bool:
+        """Whether gemv(x, weight, ...) takes its operands' sizes and types: CUDA, 16-bit, x of at most
+        8 rows (gemv's decode batches), weight's rows (the output's columns) a multiple of 4 and the
+        output at most max_bytes. From shapes and dtypes only, the same on every rank; gemv's own
+        checks (strides, alignment) still apply."""
+        nbytes = x.shape[0] * weight.shape[0] * x.element_size()
+        return (x.is_cuda and x.dim() == 2 and weight.dim() == 2 and x.dtype in (torch.float16, torch.bfloat16)
+                and x.shape[0] <= GEMV_MAX_ROWS and weight.shape[0] % 4 == 0 and 0 < nbytes <= _max_bytes())
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x summed over the ranks, in place (each element in float32, in rank order, rounded to x's
         dtype once for 16-bit x: the same bits on every rank); returns x."""
         torch.ops.cute_ops.peer_all_reduce(x, self.workspace, self.workspaces, self.rank)
         return x
+
+    def gemv(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The sum over the ranks of ``cute_ops.gemv(x, weight, residual=residual)``, each rank with its
+        own operands (a row-parallel projection: its columns of the input, its slice of the weight's
+        columns), bit for bit ``self(cute_ops.gemv(x, weight, residual=residual))``. The gemv stores its
+        rows into every rank's workspace itself as its CTAs end (``gemv_push_lines``), and the call that
+        sums them (``peer_all_reduce`` with ``pushed=True``) starts reading them before the gemv has
+        ended: one hand-over between kernels less than the two calls (csrc/allreduce/peer_all_reduce.h,
+        pushed calls). Takes what both take: x [m <= 8, k], 16-bit, the output [m, n] with n a multiple
+        of 4 and at most max_bytes. It counts as a call of this all-reduce (the same order on every rank)."""
+        require_kernels("gemv_push_lines")  # (the gemv family's: a build may leave it out)
+        out = torch.ops.cute_ops.gemv_push_lines(x, weight, residual, self.workspace, self.workspaces, self.rank)
+        torch.ops.cute_ops.peer_all_reduce(out, self.workspace, self.workspaces, self.rank, True)
+        return out

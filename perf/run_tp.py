@@ -16,9 +16,11 @@ cute_ops.PeerAllReduce for a decode step's rows). A tensor-parallel decode row a
 measured in the same run: `step_us_one_shot`, the step with PyTorch's symmetric-memory one-shot
 all-reduce (kind "one_shot"); `step_us_nccl`, with NCCL's (kind "nccl"); `step_us_folded`, with
 each all-reduce folded into the gemvs around it (cute_ops.GemvExchange; where the batch takes
-gemv, B <= 8); `step_us_no_allreduce`, with the all-reduces left out (wrong sums: timing only);
+gemv, B <= 8); `step_us_pushed`, with the row-parallel gemvs pushing their rows into PeerAllReduce's inboxes
+themselves (kind "pushed": PeerAllReduce.gemv; where the batch takes gemv, B <= 8, else the same
+as `ours`); `step_us_no_allreduce`, with the all-reduces left out (wrong sums: timing only);
 `allreduce_us_per_step`, our step's time over that one (what the all-reduces cost it), and the
-same for the other ways (`allreduce_us_per_step_one_shot`, `_nccl`, `_folded`);
+same for the other ways (`allreduce_us_per_step_one_shot`, `_nccl`, `_folded`, `_pushed`);
 `allreduce_us_each` / `_one_shot` / `_nccl`, one all-reduce of [B, hidden] alone, in a graph of 64.
 Timing is CUDA-graph replay of STEP_CALLS decode steps (prefill: eager calls), a fixed number of
 rounds on every rank (the ranks' collectives must pair up, so no rank may size its rounds from
@@ -120,7 +122,7 @@ def decode_variants(model: Llama, batch: int) -> dict[str, float]:
     tp, hidden = model.tp, model.config.hidden_size
     others = {kind: dataclasses.replace(tp, all_reduce_kind=kind) for kind in ("one_shot", "nccl")}
     times = {"ours": decode_us(model, batch)}
-    for kind, other in others.items():
+    for kind, other in {**others, "pushed": dataclasses.replace(tp, all_reduce_kind="pushed")}.items():
         model.tp = other
         times[kind] = decode_us(model, batch)
     if batch <= GEMV_MAX_ROWS:  # the folded step exists where the batch takes gemv
@@ -147,7 +149,7 @@ def tp_row(op: str, shape: dict, us: float, baselines: dict[str, float], ceil: d
         m = r["metrics"]
         m["step_us_no_allreduce"] = round(times["none"], 1)
         m["allreduce_us_per_step"] = round(times["ours"] - times["none"], 1)
-        for way in ("one_shot", "nccl", "folded"):
+        for way in ("one_shot", "nccl", "folded", "pushed"):
             if way in times:
                 m[f"step_us_{way}"] = round(times[way], 1)
                 m[f"allreduce_us_per_step_{way}"] = round(times[way] - times["none"], 1)

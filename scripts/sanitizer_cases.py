@@ -160,7 +160,7 @@ def gemv_cases():
 
 def allreduce_cases():
     # Under torchrun (2+ GPUs): one line, a CTA's 1024 lines and one past, 17 odd rows, each dtype,
-    # several calls (the inbox parity flips). Alone (no torchrun): skipped, said so.
+    # several calls (the inbox parity flips), then pushed calls. Alone (no torchrun): skipped, said so.
     import os
 
     if int(os.environ.get("WORLD_SIZE", "1")) < 2:
@@ -179,6 +179,11 @@ def allreduce_cases():
         for numel in (8 // dtype.itemsize, 1024 * 8 // dtype.itemsize, 1025 * 8 // dtype.itemsize, 17 * 1000):
             for _ in range(3):
                 ar(rand(numel, dtype=dtype))
+    # Pushed calls (PeerAllReduce.gemv): a partial last unit (n = 1000), odd rows, a unit of one
+    # line (n = 68), with and without the residual.
+    for m, n, k in ((3, 1000, 520), (1, 68, 64), (8, 4096, 256)):
+        for residual in (None, rand(m, n)):
+            ar.gemv(rand(m, k), rand(n, k), residual)
     torch.cuda.synchronize()
     dist.barrier()
     dist.destroy_process_group()

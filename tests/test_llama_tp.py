@@ -96,9 +96,10 @@ def test_which_all_reduces_take_which_path():
     from cute_ops.models.llama.parallel import ONE_SHOT_MAX_BYTES
 
     row = torch.ones(1, 4096, dtype=torch.bfloat16)
-    for kind in ("auto", "one_shot"):
+    for kind in ("auto", "one_shot", "pushed"):
         two = TensorParallel(0, 2, all_reduce_kind=kind)
         assert not two.takes_peer(row) and not two.takes_one_shot(row)
+        assert not two.pushes(row, torch.ones(4096, 4096, dtype=torch.bfloat16))
     assert not TensorParallel().takes_peer(row) and not TensorParallel().takes_one_shot(row)
     with pytest.raises(ValueError, match="all_reduce_kind must be one of"):
         TensorParallel(0, 2, all_reduce_kind="multimem")
@@ -352,8 +353,9 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
 
     if plant == "fold":  # not a bug: the gemv decode step with its all-reduces folded into the gemvs
         Llama.fold_all_reduce = True
-    # Not bugs either: NCCL's or PyTorch's one-shot all-reduce for every decode step's rows.
-    kind = plant if plant in ("nccl", "one_shot") else "auto"
+    # Not bugs either: NCCL's or PyTorch's one-shot all-reduce for every decode step's rows, or the
+    # gemv decode steps' row-parallel gemvs pushing their rows themselves.
+    kind = plant if plant in ("nccl", "one_shot", "pushed") else "auto"
     if plant == "wrong kv heads":
         split = TensorParallel.hf_split
 
@@ -380,7 +382,7 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
         logits = _run(model, seqs, device)
         wide = _run(model, seqs, device, wide=True)
         tokens, _ = _greedy(model, device, cuda_graphs=backend == "nccl")
-        if backend == "nccl" and kind == "auto":  # the decode steps took the peer kernel, not NCCL's
+        if backend == "nccl" and kind in ("auto", "pushed"):  # the decode steps took the peer kernel, not NCCL's
             assert any(key[0] == "peer" for key in tp._buffers), "no all-reduce took PeerAllReduce"
         if backend == "nccl" and kind == "one_shot" and hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy_out"):
             assert any(isinstance(key[0], torch.device) for key in tp._buffers), "no all-reduce took the one-shot"
@@ -483,14 +485,16 @@ def test_planted_bug_fails_the_two_rank_check(tmp_path, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="tensor parallelism over NCCL needs 2 GPUs")
-@pytest.mark.parametrize("way", ["auto", "one_shot", "nccl", "fold"],
-                         ids=["peer_all_reduce", "one_shot_all_reduce", "nccl_all_reduce", "folded_all_reduce"])
+@pytest.mark.parametrize("way", ["auto", "one_shot", "nccl", "fold", "pushed"],
+                         ids=["peer_all_reduce", "one_shot_all_reduce", "nccl_all_reduce", "folded_all_reduce",
+                              "pushed_all_reduce"])
 def test_two_gpus_match_one(tmp_path, way):
     """NCCL, the real kernels, CUDA-graph decode: TP=2 and TP=1 each within the LLaMA parity
     tests' bound of transformers in float64; the same greedy tokens. way: the all-reduce as the
     model runs it by default (PeerAllReduce up to 1 MiB, NCCL above), PyTorch's one-shot, NCCL's
-    for every one, or the gemv decode steps' all-reduces folded into the gemvs
-    (Llama.fold_all_reduce)."""
+    for every one, the gemv decode steps' all-reduces folded into the gemvs
+    (Llama.fold_all_reduce), or their row-parallel gemvs pushing their rows into the peer
+    all-reduce's inboxes (kind "pushed")."""
     from test_llama import _hf_models
     cfg = _cfg()
     sd = _state_dict(cfg)

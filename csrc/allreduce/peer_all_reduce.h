@@ -30,10 +30,18 @@
 // count, so after 2^32 calls of one CTA (CTA 0: about 57 hours of back-to-back decode
 // all-reduces) it wraps to 0 and a never-written line would match; the next kernel commit should
 // skip epoch 0.
+//
+// Pushed calls: a row-parallel gemv can store its output rows as this call's lines itself
+// (gemv_push_lines), into every rank's inbox, its own included, as each CTA ends; the call then only
+// polls its inboxes and sums, and it starts polling before the gemv has ended (it waits for the gemv
+// only before its store of x). Saves the hand-over from the gemv's end to this kernel's loads and
+// stores, and overlaps the NVLink trip with the gemv's last CTAs. The gemv reads the count of the
+// line's CTA after its own wait (so after the previous call ended), the same count the call reads:
+// the epochs, inboxes and the argument above are the same.
 #include <cuda_runtime.h>
 
-#include "allreduce/peer_all_reduce_layout.h"
 #include "common/dtype.h"
+#include "common/peer_layout.h"
 
 namespace cute_ops {
 
@@ -43,6 +51,9 @@ struct PeerAllReduceParams {
   void* workspaces[kPeerMaxRanks] = {};   // every rank's workspace, as mapped in this process
   int world = 0, rank = 0;
   DType dtype = DType::kBFloat16;
+  // The ranks' gemvs already stored this call's lines into every rank's inboxes (gemv_push_lines:
+  // gemv/gemv_exchange.h, kPushLines): sum them into x, reading nothing of x (the kernel's kCollect).
+  bool pushed = false;
 };
 
 void run_peer_all_reduce(const PeerAllReduceParams& p, cudaStream_t stream);

@@ -2,15 +2,17 @@
 // nothing); compiled into every build.
 #include <torch/library.h>
 
-#include "allreduce/peer_all_reduce_layout.h"
 #include "allreduce/peer_all_reduce_checks.h"
 #include "common/op_checks.h"
+#include "common/peer_layout.h"
+#include "common/peer_workspace_checks.h"
 
 namespace cute_ops {
 
 namespace {
 
-void peer_all_reduce_meta(at::Tensor& x, at::Tensor& workspace, c10::IntArrayRef workspaces, int64_t rank) {
+void peer_all_reduce_meta(at::Tensor& x, at::Tensor& workspace, c10::IntArrayRef workspaces, int64_t rank,
+                          bool /*pushed*/) {
   check_peer_all_reduce(x, workspace, workspaces, rank);
 }
 
@@ -28,25 +30,7 @@ void check_peer_all_reduce(const at::Tensor& x, const at::Tensor& workspace, c10
   TORCH_CHECK_VALUE(bytes <= kPeerMaxBytes, op, ": x holds ", bytes, " bytes, more than the ", kPeerMaxBytes,
                     " one call takes (a decode step's rows; use NCCL's all-reduce for more)");
   check_aligned(x, kPeerPayloadBytes, op, "x");
-  const int64_t world = static_cast<int64_t>(workspaces.size());
-  TORCH_CHECK_VALUE(world == 1 || world == 2 || world == 4 || world == 8, op,
-                    ": workspaces must hold 1, 2, 4 or 8 ranks' workspaces, got ", world);
-  TORCH_CHECK_VALUE(rank >= 0 && rank < world, op, ": rank must be in [0, ", world, "), got ", rank);
-  check_device(workspace, x, op, "workspace", "x");
-  const int64_t need = PeerLayout{world}.bytes();
-  TORCH_CHECK_VALUE(workspace.scalar_type() == at::kByte && workspace.dim() == 1 && workspace.is_contiguous() &&
-                        workspace.sym_size(0) == need,
-                    op, ": workspace must be a contiguous uint8 tensor of ", need, " bytes for ", world,
-                    " ranks (peer_all_reduce_workspace_bytes), got ", dtype_name(workspace.scalar_type()), " ",
-                    shape_str(workspace));
-  check_aligned(workspace, kPeerLineBytes, op, "workspace");
-  TORCH_CHECK_VALUE(workspace.is_meta() || workspaces[rank] == reinterpret_cast<int64_t>(workspace.data_ptr()), op,
-                    ": workspaces[rank] must be this rank's workspace's address");
-  for (int64_t r = 0; r < world && !workspace.is_meta(); ++r) {
-    TORCH_CHECK_VALUE(workspaces[r] != 0 && workspaces[r] % kPeerLineBytes == 0, op, ": workspaces[", r,
-                      "] must be a rank's workspace address (non-null, ", kPeerLineBytes, "-byte aligned), got ",
-                      workspaces[r]);
-  }
+  check_peer_workspace(workspace, workspaces, rank, x, op, "x");  // common/peer_workspace_checks.cpp
 }
 
 TORCH_LIBRARY_IMPL(cute_ops, Meta, m) { m.impl("peer_all_reduce", &peer_all_reduce_meta); }

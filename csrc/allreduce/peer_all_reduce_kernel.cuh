@@ -1,7 +1,7 @@
 #pragma once
 // The kernel of peer_all_reduce (peer_all_reduce.h says what it does and why it is safe).
-// Names: a line is 8 bytes of x as two words w = (data << 0) | (epoch << 32), one a thread; `mine`
-// is this rank's line, held in registers from the load to the sum.
+// Names: a line is 8 bytes of x as two words w = (data << 0) | (epoch << 32), one a thread
+// (common/peer_lines.cuh); `mine` is this rank's line, held in registers from the load to the sum.
 #include <cstdint>
 #include <cstdio>
 
@@ -10,18 +10,10 @@
 
 #include "allreduce/peer_all_reduce.h"
 #include "common/pdl.h"
+#include "common/peer_lines.cuh"
 #include "common/peer_wait.h"
 
 namespace cute_ops::allreduce {
-
-__device__ __forceinline__ void store_line(void* p, uint32_t lo, uint32_t hi, uint32_t epoch) {
-  const uint64_t a = (static_cast<uint64_t>(epoch) << 32) | lo, b = (static_cast<uint64_t>(epoch) << 32) | hi;
-  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
-}
-
-__device__ __forceinline__ void load_line(const void* p, uint64_t& a, uint64_t& b) {
-  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
 
 // The 8 bytes of x in a line as floats (4 16-bit values or 2 float32).
 template <typename T>
@@ -55,32 +47,40 @@ struct Lane {
   }
 };
 
-template <typename T, int kWorld>
+// kCollect (a call with `pushed`): the ranks' gemvs stored this call's lines into every rank's
+// inboxes themselves (gemv/gemv_exchange.h, kPushLines), this rank's own included; the kernel only
+// sums them. It needs nothing of the previous kernel to read them (each word says whether it has
+// landed), so it waits for that kernel only before it stores x: x is the gemv's output (and its
+// memory may be what an earlier kernel still reads).
+template <typename T, int kWorld, bool kCollect>
 __global__ void __launch_bounds__(kPeerThreads) peer_all_reduce_kernel(const PeerAllReduceParams p) {
   // The next kernel (a gemv) may launch now and start its weight copies; it waits for this
   // kernel's end before it reads x.
   allow_dependent_launch();
-  wait_for_previous_grid();  // x comes from the previous kernel
+  if constexpr (!kCollect) wait_for_previous_grid();  // x comes from the previous kernel
 
   const PeerLayout layout{kWorld};
-  char* own = static_cast<char*>(p.workspaces[p.rank]);
-  uint32_t* uses = reinterpret_cast<uint32_t*>(own + layout.uses()) + blockIdx.x;
+  void* own = p.workspaces[p.rank];
+  uint32_t* uses = peer_uses(own, layout, blockIdx.x);
   const int64_t line = static_cast<int64_t>(blockIdx.x) * kPeerLinesPerBlock + threadIdx.x;
   const bool active = line < p.lines;
   uint2* x = static_cast<uint2*>(p.x);
-  const uint2 mine = active ? x[line] : make_uint2(0, 0);  // in flight with the count's load
+  // In flight with the count's load. (Collect: the count was last written by this CTA's previous
+  // call, which ended before the gemv that launched this kernel passed its own wait.)
+  const uint2 mine = !kCollect && active ? x[line] : make_uint2(0, 0);
   __shared__ uint32_t call;
   if (threadIdx.x == 0) call = *reinterpret_cast<volatile uint32_t*>(uses);
   __syncthreads();
   const uint32_t epoch = call + 1, parity = call & 1;
 
   if (active) {
-    // Into every peer's inbox of this rank (over NVLink), all stores before any wait.
+    if constexpr (!kCollect) {
+      // Into every peer's inbox of this rank (over NVLink), all stores before any wait.
 #pragma unroll
-    for (int step = 1; step < kWorld; ++step) {
-      const int peer = (p.rank + step) % kWorld;
-      store_line(static_cast<char*>(p.workspaces[peer]) + layout.inbox(parity, p.rank) + line * kPeerLineBytes,
-                 mine.x, mine.y, epoch);
+      for (int step = 1; step < kWorld; ++step) {
+        const int peer = (p.rank + step) % kWorld;
+        store_peer_line(peer_line_at(p.workspaces[peer], layout, parity, p.rank, line), mine.x, mine.y, epoch);
+      }
     }
     // Every rank's values in rank order, from this rank's inboxes once their epochs are the call's.
     const uint64_t start = global_ns();
@@ -88,11 +88,11 @@ __global__ void __launch_bounds__(kPeerThreads) peer_all_reduce_kernel(const Pee
 #pragma unroll
     for (int r = 0; r < kWorld; ++r) {
       uint32_t lo = mine.x, hi = mine.y;
-      if (r != p.rank) {
-        const char* at = own + layout.inbox(parity, r) + line * kPeerLineBytes;
+      if (kCollect || r != p.rank) {
+        const char* at = peer_line_at(own, layout, parity, r, line);
         uint64_t a, b;
         for (int spins = 1;; ++spins) {
-          load_line(at, a, b);
+          load_peer_line(at, a, b);
           if (static_cast<uint32_t>(a >> 32) == epoch && static_cast<uint32_t>(b >> 32) == epoch) break;
           if (spins % 1024 == 0 && global_ns() - start > kPeerWaitTimeoutNs) {
             printf("cute_ops peer_all_reduce: rank %d waited %llu s for rank %d's call %u; trapping\n", p.rank,
@@ -104,6 +104,7 @@ __global__ void __launch_bounds__(kPeerThreads) peer_all_reduce_kernel(const Pee
       }
       Lane<T>::add(acc, lo, hi);
     }
+    if constexpr (kCollect) wait_for_previous_grid();
     x[line] = Lane<T>::pack(acc);
   }
   __syncthreads();

@@ -10,7 +10,7 @@ namespace cute_ops {
 
 namespace {
 
-void peer_all_reduce(at::Tensor& x, at::Tensor& workspace, c10::IntArrayRef workspaces, int64_t rank) {
+void peer_all_reduce(at::Tensor& x, at::Tensor& workspace, c10::IntArrayRef workspaces, int64_t rank, bool pushed) {
   check_peer_all_reduce(x, workspace, workspaces, rank);  // peer_all_reduce_checks.cpp
   const c10::cuda::CUDAGuard guard(x.device());
   PeerAllReduceParams p{};
@@ -20,6 +20,7 @@ void peer_all_reduce(at::Tensor& x, at::Tensor& workspace, c10::IntArrayRef work
   p.rank = static_cast<int>(rank);
   for (int r = 0; r < p.world; ++r) p.workspaces[r] = reinterpret_cast<void*>(workspaces[r]);
   p.dtype = to_dtype(x.scalar_type(), "peer_all_reduce", "x");
+  p.pushed = pushed;
   run_peer_all_reduce(p, current_stream(x));
 }
 

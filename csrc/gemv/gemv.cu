@@ -123,6 +123,13 @@ void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams
       });
       return;
     }
+    if (e.mode == GemvExchangeMode::kPushLines) {
+      if (norm || swiglu) throw std::invalid_argument("gemv: a push of lines takes no norm and no activation");
+      CUTE_OPS_BOOL_SWITCH(residual, kResidual, [&] {
+        launch<T, false, kResidual, false, GemvExchangeMode::kPushLines>(p, e, stream);
+      });
+      return;
+    }
     if (e.mode == GemvExchangeMode::kPull) {
       if (!norm || residual) throw std::invalid_argument("gemv: a pull takes a norm and no residual");
       CUTE_OPS_BOOL_SWITCH(swiglu, kSwiGLU, [&] { launch<T, true, false, kSwiGLU, GemvExchangeMode::kPull>(p, e, stream); });

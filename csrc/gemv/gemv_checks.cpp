@@ -3,6 +3,8 @@
 #include <torch/library.h>
 
 #include "common/op_checks.h"
+#include "common/peer_layout.h"
+#include "common/peer_workspace_checks.h"
 #include "gemv/gemv_exchange.h"
 #include "gemv/gemv_limits.h"
 #include "gemv/gemv_checks.h"
@@ -123,6 +125,21 @@ void check_gemv_push(const at::Tensor& x, const at::Tensor& weight, const std::o
   check_gemv_exchange(op, exchange, x, static_cast<int64_t>(buffers.size()), rank, slots, slot, cols);
 }
 
+c10::SymInt check_gemv_push_lines(const at::Tensor& x, const at::Tensor& weight,
+                                  const std::optional<at::Tensor>& residual, const at::Tensor& workspace,
+                                  c10::IntArrayRef workspaces, int64_t rank) {
+  const char* op = "gemv_push_lines";
+  const c10::SymInt cols = check_gemv(x, weight, std::nullopt, 0.0, residual, "none", op);
+  // A line is 8 bytes of the output: 4 columns of one row (the lines of a row are whole).
+  TORCH_CHECK_VALUE(cols % 4 == 0, op, ": the output's columns (weight rows) must be a multiple of 4 (an 8-byte "
+                    "line of peer_all_reduce holds 4), got ", cols);
+  const c10::SymInt bytes = x.sym_size(0) * cols * static_cast<int64_t>(x.element_size());
+  TORCH_CHECK_VALUE(bytes <= kPeerMaxBytes, op, ": the output holds ", bytes, " bytes, more than the ", kPeerMaxBytes,
+                    " one peer_all_reduce call takes");
+  check_peer_workspace(workspace, workspaces, rank, x, op, "x");  // common/peer_workspace_checks.cpp
+  return cols;
+}
+
 GemvExchangeLayout check_gemv_exchange_buffer(const at::Tensor& like, int64_t slots, int64_t world, int64_t hidden) {
   const char* op = "gemv_exchange_buffer";
   TORCH_CHECK_VALUE(like.is_cuda() || like.is_meta(), op, ": like must be a CUDA tensor (on the GPU of the "
@@ -178,6 +195,12 @@ at::Tensor gemv_pull_meta(const at::Tensor& exchange, int64_t world, int64_t ran
   return at::empty_symint({c10::SymInt(m), cols}, weight.options());
 }
 
+at::Tensor gemv_push_lines_meta(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& residual,
+                                const at::Tensor& workspace, c10::IntArrayRef workspaces, int64_t rank) {
+  const c10::SymInt cols = check_gemv_push_lines(x, weight, residual, workspace, workspaces, rank);
+  return at::empty_symint({x.sym_size(0), cols}, x.options());
+}
+
 void gemv_push_meta(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& residual,
                     const at::Tensor& exchange, c10::IntArrayRef buffers, int64_t rank, int64_t slots, int64_t slot) {
   check_gemv_push(x, weight, residual, exchange, buffers, rank, slots, slot);
@@ -189,6 +212,7 @@ TORCH_LIBRARY_IMPL(cute_ops, Meta, m) {
   m.impl("gemv", &gemv_meta);
   m.impl("gemv_pull", &gemv_pull_meta);
   m.impl("gemv_push", &gemv_push_meta);
+  m.impl("gemv_push_lines", &gemv_push_lines_meta);
   m.impl("gemv_exchange_buffer", &gemv_exchange_buffer_meta);
   m.impl("gemv_exchange_handle", &gemv_exchange_handle_meta);
   m.impl("gemv_exchange_open", &gemv_exchange_open_meta);
@@ -199,6 +223,7 @@ TORCH_LIBRARY_IMPL(cute_ops, CPU, m) {
   m.impl("gemv", &gemv_meta);
   m.impl("gemv_pull", &gemv_pull_meta);
   m.impl("gemv_push", &gemv_push_meta);
+  m.impl("gemv_push_lines", &gemv_push_lines_meta);
   m.impl("gemv_exchange_buffer", &gemv_exchange_buffer_meta);
   m.impl("gemv_exchange_handle", &gemv_exchange_handle_meta);
 }

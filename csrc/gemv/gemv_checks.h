@@ -28,5 +28,11 @@ void check_gemv_exchange_handle(const at::Tensor& buffer);
 void check_gemv_exchange_open(const at::Tensor& buffer, const at::Tensor& handle);
 void check_gemv_push(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& residual,
                      const at::Tensor& exchange, c10::IntArrayRef buffers, int64_t rank, int64_t slots, int64_t slot);
+// gemv_push_lines: the operands as gemv's without a norm or an activation, the output one call of
+// peer_all_reduce takes (16-bit, columns a multiple of 4, at most kPeerMaxBytes), the peer workspace
+// as peer_all_reduce's. Returns the output's column count.
+c10::SymInt check_gemv_push_lines(const at::Tensor& x, const at::Tensor& weight,
+                                  const std::optional<at::Tensor>& residual, const at::Tensor& workspace,
+                                  c10::IntArrayRef workspaces, int64_t rank);
 
 }  // namespace cute_ops

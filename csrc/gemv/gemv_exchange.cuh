@@ -4,7 +4,10 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "common/peer_lines.cuh"
 #include "common/peer_wait.h"
+#include "common/vec.cuh"
+#include "gemv/gemv.h"
 #include "gemv/gemv_exchange.h"
 
 namespace cute_ops::gemv {
@@ -83,6 +86,65 @@ template <typename T>
 __device__ __forceinline__ T* push_target(const GemvExchangeParams& e, int hidden, int dest, int row, int col) {
   const GemvExchangeLayout layout = exchange_layout<T>(e, hidden);
   return at_offset<T>(e.buffers[dest], layout.inbox(e.slot, e.rank)) + static_cast<int64_t>(row) * hidden + col;
+}
+
+// kPushLines, in the warp that ran a unit's epilogue (every lane, converged): the unit's output rows
+// as the lines of the next peer_all_reduce call, into every rank's workspace at this rank's inbox
+// (its own included). Lane (g, c) holds columns col_lo = 16 unit + g and col_hi = col_lo + 8 of
+// rows 2c and 2c + 1 (v: gemv_body's sums, before the residual); a line is 4 neighbouring columns
+// of a row, so lanes g = 0 and 4 take their three right neighbours' values (lanes + 4, + 8, + 12,
+// the same c) and store the lines. The values are the outputs' bits as gemv stores them (rounded,
+// the residual added). The line's count is read after this gemv's wait for the previous kernel, so
+// after the previous call of that line's CTA ended (peer_all_reduce.h, pushed calls).
+template <typename T, bool kResidual>
+__device__ __forceinline__ void push_unit_lines(const GemvExchangeParams& e, const GemvParams& p, int col_lo,
+                                                int col_hi, const float (&v)[4], int g, int c) {
+  static_assert(sizeof(T) == 2, "a line holds 4 16-bit outputs");
+  const PeerLayout layout{e.world};
+  void* own = e.buffers[e.rank];
+  const bool pusher = g % 4 == 0;
+  // The lines' counts first, in flight with the residual's loads. 4 | col, and 4 | out_cols: a line
+  // is whole or absent.
+  int64_t line[2][2];
+  uint32_t count[2][2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = 2 * c + j, col = half == 0 ? col_lo : col_hi;
+      const bool pushed = pusher && row < p.m && col >= 0;
+      line[j][half] = pushed ? (static_cast<int64_t>(row) * p.out_cols + col) / 4 : -1;
+      count[j][half] = pushed ? __ldcg(peer_uses(own, layout, line[j][half] / kPeerLinesPerBlock)) : 0u;
+    }
+  }
+  const T* residual = static_cast<const T*>(p.residual);
+  uint32_t bits[2][2][4];  // [row 2c + j][col_lo or col_hi][this lane, then its 3 right neighbours]
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = 2 * c + j, col = half == 0 ? col_lo : col_hi;
+      const bool valid = row < p.m && col >= 0;
+      float y = v[2 * half + j];
+      if (kResidual && valid) y = to_float(from_float<T>(y)) + to_float(residual[row * p.residual_row_stride + col]);
+      const T t = from_float<T>(y);
+      bits[j][half][0] = valid ? static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(&t)) : 0u;
+#pragma unroll
+      for (int d = 1; d < 4; ++d) bits[j][half][d] = __shfl_down_sync(0xffffffffu, bits[j][half][0], 4 * d);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if (line[j][half] < 0) continue;
+      const uint32_t* w = bits[j][half];
+      for (int r = 0; r < e.world; ++r) {
+        store_peer_line(peer_line_at(e.buffers[r], layout, count[j][half] & 1, e.rank, line[j][half]),
+                        w[0] | w[1] << 16, w[2] | w[3] << 16, count[j][half] + 1);
+      }
+    }
+  }
 }
 
 }  // namespace cute_ops::gemv

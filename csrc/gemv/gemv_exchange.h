@@ -67,8 +67,12 @@ struct GemvExchangeLayout {
   CUTE_OPS_EXCHANGE_HD int64_t bytes() const { return (grids(slots) + 15) / 16 * 16; }
 };
 
-// What a gemv launch does with the exchange.
-enum class GemvExchangeMode : int8_t { kNone, kPush, kPull };
+// What a gemv launch does with the exchange. kPushLines is another exchange: the row-parallel gemv
+// stores its output rows (also stored as usual) as the lines of the next peer_all_reduce call into
+// every rank's peer workspace (common/peer_lines.cuh; `buffers` then holds the workspaces), and
+// that call, pushed, sums them (allreduce/peer_all_reduce.h). No flags and no fences: each line's
+// words carry the call's epoch. The next gemv is a plain one.
+enum class GemvExchangeMode : int8_t { kNone, kPush, kPull, kPushLines };
 
 struct GemvExchangeParams {
   GemvExchangeMode mode = GemvExchangeMode::kNone;

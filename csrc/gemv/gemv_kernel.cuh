@@ -458,6 +458,10 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
           }
         }
       }
+      // (no kPushLines constant: an unused one in the other kernels moved their code)
+      if constexpr (kExchange == GemvExchangeMode::kPushLines) {
+        push_unit_lines<T, kResidual>(e, p, out_rows.col_lo, out_rows.col_hi, v, g, c);
+      }
     }
     buffer ^= 1;
   }

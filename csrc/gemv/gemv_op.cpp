@@ -98,6 +98,24 @@ void gemv_push(const at::Tensor& x, const at::Tensor& weight, const std::optiona
   run_gemv(p, current_stream(x), e);
 }
 
+// gemv, and its rows stored as the lines of the next peer_all_reduce call into every rank's peer
+// workspace (gemv_exchange.h, kPushLines).
+at::Tensor gemv_push_lines(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& residual,
+                           const at::Tensor& workspace, c10::IntArrayRef workspaces, int64_t rank) {
+  const int64_t cols = check_gemv_push_lines(x, weight, residual, workspace, workspaces, rank).expect_int();
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty({x.size(0), cols}, x.options());
+  GemvParams p = weight_params(weight, nullptr, 0.0, "none", x.size(0), cols, "gemv_push_lines");
+  set_inputs(p, x, residual);
+  p.out = out.data_ptr();
+  GemvExchangeParams e;
+  e.mode = GemvExchangeMode::kPushLines;
+  e.world = static_cast<int>(workspaces.size()), e.rank = static_cast<int>(rank);
+  for (int r = 0; r < e.world; ++r) e.buffers[r] = reinterpret_cast<void*>(workspaces[r]);
+  run_gemv(p, current_stream(x), e);
+  return out;
+}
+
 static_assert(sizeof(cudaIpcMemHandle_t) == kGemvIpcHandleBytes, "gemv_exchange.h's handle size");
 
 // A rank's exchange buffer: its own cudaMalloc allocation (CUDA IPC maps whole allocations; the
@@ -142,6 +160,7 @@ TORCH_LIBRARY_IMPL(cute_ops, CUDA, m) {
   m.impl("gemv", &gemv);
   m.impl("gemv_pull", &gemv_pull);
   m.impl("gemv_push", &gemv_push);
+  m.impl("gemv_push_lines", &gemv_push_lines);
   m.impl("gemv_exchange_buffer", &gemv_exchange_buffer);
   m.impl("gemv_exchange_handle", &gemv_exchange_handle);
   m.impl("gemv_exchange_open", &gemv_exchange_open);

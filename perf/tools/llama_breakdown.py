@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import pathlib
 import re
@@ -30,7 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from cases_llama import decode_runner  # noqa: E402
 from cute_ops.models.llama import PRESETS, Llama  # noqa: E402
 from cute_ops.models.llama.__main__ import copy_ceiling_tbs  # noqa: E402
-from cute_ops.models.llama.parallel import TensorParallel  # noqa: E402
+from cute_ops.models.llama.parallel import ALL_REDUCE_KINDS, TensorParallel  # noqa: E402
 
 # Kernel name fragments -> the op they belong to (first match wins).
 GROUPS = [("peer_all_reduce", "all-reduce (peer_all_reduce)"), ("nccl", "NCCL (the logits' all-gather; all-reduces)"),
@@ -46,11 +47,12 @@ GROUPS = [("peer_all_reduce", "all-reduce (peer_all_reduce)"), ("nccl", "NCCL (t
 # (batches up to 8).
 GEMV_GROUPS = {("true", "false", "false"): "gemv: qkv, lm_head (norm folded in)",
                ("false", "true", "false"): "gemv: o, down (residual add folded in)",
+               ("false", "false", "false"): "gemv: o, down (a rank above 0: no residual)",
                ("true", "false", "true"): "gemv: gate/up (norm and SwiGLU folded in)"}
 
 
 def group_of(name: str) -> str:
-    flags = re.search(r"gemv_(?:stream_k_)?kernel<[^,]+, (\w+), (\w+), (\w+)>", name)
+    flags = re.search(r"gemv_(?:stream_k_|exchange_)?kernel<[^,]+, (\w+), (\w+), (\w+)[,>]", name)
     if flags:
         return GEMV_GROUPS.get(flags.groups(), "gemv: other")
     return next((g for key, g in GROUPS if key in name), "other: " + name[:60])
@@ -67,6 +69,8 @@ def main() -> None:
                          "the gap to the previous kernel's end (us), to see where a layer's time goes")
     ap.add_argument("--rank", type=int, default=0,
                     help="under torchrun, the rank whose kernels are printed (every rank profiles its own)")
+    ap.add_argument("--all-reduce", default="auto", choices=ALL_REDUCE_KINDS,
+                    help="TensorParallel's all_reduce_kind under torchrun (pushed: PeerAllReduce.gemv)")
     ap.add_argument("--graph", action="store_true",
                     help="profile the step's CUDA-graph replays instead of eager steps (eager steps of a "
                          "tensor-parallel model are bound by the host's launches, which spreads the kernels out)")
@@ -76,6 +80,7 @@ def main() -> None:
     if not 0 <= args.rank < world:
         ap.error(f"--rank {args.rank}: this run has ranks 0-{world - 1}")
     tp = TensorParallel.from_torchrun(world) if world > 1 else TensorParallel()
+    tp = dataclasses.replace(tp, all_reduce_kind=args.all_reduce)
     model = Llama.random(cfg, tp=tp)
     runner = decode_runner(model, args.batch, args.ctx)  # sequences at position ctx over a random cache
     cache = runner.cache

@@ -187,11 +187,18 @@ class Llama(torch.nn.Module):
         for i, layer in enumerate(self.layers):
             qkv = gemv(residual, layer.wqkv, layer.attn_norm, eps)
             q, k, v = self._split_qkv(qkv, qkv.shape[:-1])
-            residual = tp.all_reduce(gemv(attention(i, q, k, v).flatten(-2), layer.wo,
-                                          residual=residual if first else None))
+            residual = self._row_parallel_gemv(attention(i, q, k, v).flatten(-2), layer.wo,
+                                               residual if first else None)
             act = gemv(residual, layer.w_gate_up, layer.mlp_norm, eps, activation="swiglu")
-            residual = tp.all_reduce(gemv(act, layer.w_down, residual=residual if first else None))
+            residual = self._row_parallel_gemv(act, layer.w_down, residual if first else None)
         return gemv(residual, self.output_weight, self.norm, eps)
+
+    def _row_parallel_gemv(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+        """A gemv decode step's o or down projection and its all-reduce: the two calls, or one
+        pushed gemv where the TensorParallel kind is "pushed" (TensorParallel.pushes)."""
+        if self.tp.pushes(x, weight):
+            return self.tp.pushed_gemv(x, weight, residual)
+        return self.tp.all_reduce(gemv(x, weight, residual=residual))
 
     def _gemv_layers_exchanged(self, x: torch.Tensor, attention) -> torch.Tensor:
         """_gemv_layers over several ranks with each all-reduce folded into the gemvs around it: o

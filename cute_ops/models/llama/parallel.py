@@ -42,8 +42,10 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 # maps for it is this size, one per dtype and device.
 ONE_SHOT_MAX_BYTES = 1 << 20
 # What TensorParallel.all_reduce calls (the module docstring says when): "auto" (PeerAllReduce),
-# "one_shot" (PyTorch's symmetric-memory one-shot) or "nccl".
-ALL_REDUCE_KINDS = ("auto", "one_shot", "nccl")
+# "one_shot" (PyTorch's symmetric-memory one-shot) or "nccl"; "pushed" is "auto" with a gemv decode
+# step's row-parallel gemvs storing their rows into the ranks' inboxes themselves
+# (TensorParallel.pushed_gemv).
+ALL_REDUCE_KINDS = ("auto", "one_shot", "nccl", "pushed")
 
 # HF tensor name suffix -> (the dim it is split along, the size that is split: "q", "kv" or "inter").
 _SPLITS = {
@@ -165,18 +167,38 @@ class TensorParallel:
         dist.all_reduce(x, group=self.group)
         return x
 
-    def takes_peer(self, x: torch.Tensor) -> bool:
-        """Whether all_reduce(x) runs cute_ops.PeerAllReduce: several ranks, kind "auto", the peer
-        kernel built, and x a tensor it takes (PeerAllReduce.takes: CUDA, 16-bit or float32, up to
-        1 MiB)."""
-        if not (self.world_size > 1 and self.all_reduce_kind == "auto" and x.is_cuda):
+    def pushes(self, x: torch.Tensor, weight: torch.Tensor) -> bool:
+        """Whether the row-parallel gemv(x, weight) of a gemv decode step and its all-reduce run as
+        pushed_gemv: several ranks, kind "pushed", the peer kernel built, and operands that
+        PeerAllReduce.gemv takes (PeerAllReduce.takes_gemv: from shapes and dtypes, the same on every
+        rank)."""
+        if not (self.world_size > 1 and self.all_reduce_kind == "pushed" and self._peer_built("gemv_push_lines")):
             return False
         from ...allreduce import PeerAllReduce
+
+        return PeerAllReduce.takes_gemv(x, weight)
+
+    def pushed_gemv(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """all_reduce(gemv(x, weight, residual=residual)) as PeerAllReduce.gemv: the gemv stores its
+        rows into the ranks' inboxes itself (the same bits; where pushes(x, weight))."""
+        return self._made(("peer", x.device), lambda: self._peer_all_reduce(x.device)).gemv(x, weight, residual)
+
+    @staticmethod
+    def _peer_built(*also: str) -> bool:
+        """Whether peer_all_reduce's CUDA kernels (and those of the ops in `also`) were built."""
         from ..._library import cuda_kernels_available
 
-        if not cuda_kernels_available("peer_all_reduce"):
+        return all(cuda_kernels_available(op) for op in ("peer_all_reduce", *also))
+
+    def takes_peer(self, x: torch.Tensor) -> bool:
+        """Whether all_reduce(x) runs cute_ops.PeerAllReduce: several ranks, kind "auto" or "pushed",
+        the peer kernel built, and x a tensor it takes (PeerAllReduce.takes: CUDA, 16-bit or float32,
+        up to 1 MiB)."""
+        if not (self.world_size > 1 and self.all_reduce_kind in ("auto", "pushed") and x.is_cuda):
             return False
-        return PeerAllReduce.takes(x)
+        from ...allreduce import PeerAllReduce
+
+        return self._peer_built() and PeerAllReduce.takes(x)
 
     def takes_one_shot(self, x: torch.Tensor) -> bool:
         """Whether all_reduce(x) runs PyTorch's symmetric-memory one-shot kernel: several ranks, kind

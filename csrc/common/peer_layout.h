@@ -1,6 +1,8 @@
 #pragma once
-// The sizes and workspace layout of peer_all_reduce (peer_all_reduce.h says what it is), free of
-// CUDA and torch headers: the schemas and input rules (every build, CPU-only ones too) read them.
+// The sizes and workspace layout of the peer line protocol (allreduce/peer_all_reduce.h says what it
+// is; common/peer_lines.cuh has its device side), free of CUDA and torch headers: the schemas and
+// input rules (every build, CPU-only ones too) read them. Two families write lines: peer_all_reduce,
+// and gemv's pushed rows (gemv/gemv_exchange.h, kPushLines), which peer_all_reduce then sums.
 #include <cstdint>
 
 #if defined(__CUDACC__)
