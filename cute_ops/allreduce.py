@@ -89,7 +89,11 @@ class PeerAllReduce:
     def gemv(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """The sum over the ranks of ``cute_ops.gemv(x, weight, residual=residual)``, each rank with its
         own operands (a row-parallel projection: its columns of the input, its slice of the weight's
-        columns), bit for bit ``self(cute_ops.gemv(x, weight, residual=residual))``. The gemv stores its
+        columns). The rows are gemv's plain kernel's: bit for bit ``self(cute_ops.gemv(x, weight,
+        residual=residual))`` wherever cute_ops.gemv runs that kernel too. For projections of more
+        16-row units than the GPU holds CTAs it may run stream-K instead (gemv_stream_k_ctas in
+        csrc/gemv/gemv.cu), whose rows can differ in the last bit; LLaMA-3-8B's and 70B's o and down
+        projections at TP=2 run the plain kernel either way on 132-SM GPUs. The gemv stores its
         rows into every rank's workspace itself as its CTAs end (``gemv_push_lines``), and the call that
         sums them (``peer_all_reduce`` with ``pushed=True``) starts reading them before the gemv has
         ended: one hand-over between kernels less than the two calls (csrc/allreduce/peer_all_reduce.h,

@@ -125,6 +125,7 @@ def decode_variants(model: Llama, batch: int) -> dict[str, float]:
     for kind, other in {**others, "pushed": dataclasses.replace(tp, all_reduce_kind="pushed")}.items():
         model.tp = other
         times[kind] = decode_us(model, batch)
+    model.tp = tp
     if batch <= GEMV_MAX_ROWS:  # the folded step exists where the batch takes gemv
         model.fold_all_reduce = True
         times["folded"] = decode_us(model, batch)

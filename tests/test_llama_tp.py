@@ -356,6 +356,15 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
     # Not bugs either: NCCL's or PyTorch's one-shot all-reduce for every decode step's rows, or the
     # gemv decode steps' row-parallel gemvs pushing their rows themselves.
     kind = plant if plant in ("nccl", "one_shot", "pushed") else "auto"
+    pushed_calls = []
+    if kind == "pushed":  # count the pushed gemvs: the way must have taken them
+        push = TensorParallel.pushed_gemv
+
+        def counted(self, *args):
+            pushed_calls.append(1)
+            return push(self, *args)
+
+        TensorParallel.pushed_gemv = counted
     if plant == "wrong kv heads":
         split = TensorParallel.hf_split
 
@@ -382,6 +391,8 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
         logits = _run(model, seqs, device)
         wide = _run(model, seqs, device, wide=True)
         tokens, _ = _greedy(model, device, cuda_graphs=backend == "nccl")
+        if backend == "nccl" and kind == "pushed":
+            assert pushed_calls, "no decode step's o or down gemv took TensorParallel.pushed_gemv"
         if backend == "nccl" and kind in ("auto", "pushed"):  # the decode steps took the peer kernel, not NCCL's
             assert any(key[0] == "peer" for key in tp._buffers), "no all-reduce took PeerAllReduce"
         if backend == "nccl" and kind == "one_shot" and hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy_out"):

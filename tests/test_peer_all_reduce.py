@@ -198,10 +198,19 @@ def _pushed_worker(rank: int, world: int, init: str, out: str, plant: bool) -> N
             x, w = fresh((m, k), dtype), fresh((n, k), dtype, k ** -0.5)
             return x, w, fresh((m, n), dtype) if with_residual and rank == 0 else None
 
-        def check(got, want, what):
-            if not torch.equal(got, want):
-                failures.append(f"{what}: {(got != want).sum().item()} of {got.numel()} elements differ "
-                                "from the two calls'")
+        # gemv runs 2 CTAs an SM; a projection of at most that many 16-row units never takes stream-K
+        # (gemv_stream_k_ctas), so the two calls' rows are the plain kernel's, as the pushed gemv's.
+        slots = 2 * torch.cuda.get_device_properties(rank).multi_processor_count
+
+        def check(got, want, what, n=0):
+            if -(-n // 16) <= slots:
+                if not torch.equal(got, want):
+                    failures.append(f"{what}: {(got != want).sum().item()} of {got.numel()} elements differ "
+                                    "from the two calls'")
+            else:  # stream-K rows may differ from the plain kernel's in their last bit
+                eps = torch.finfo(got.dtype).eps
+                if not torch.allclose(got.float(), want.float(), rtol=4 * eps, atol=4 * eps * want.abs().max().item()):
+                    failures.append(f"{what}: differs from the two calls' by more than stream-K's rounding")
 
         for dtype in (torch.bfloat16, torch.float16):
             for m, n, k in PUSHED:
@@ -211,7 +220,7 @@ def _pushed_worker(rank: int, world: int, init: str, out: str, plant: bool) -> N
                     if plant and rank == 1:
                         x = x.clone()
                         x[0, 0] += 1
-                    check(ar.gemv(x, w, res), want, f"eager {dtype} {m}x{n}x{k} residual={with_residual}")
+                    check(ar.gemv(x, w, res), want, f"eager {dtype} {m}x{n}x{k} residual={with_residual}", n)
         # Mixed calls with no host sync: a pushed call, a plain one, sizes changing.
         cases = [operands(*PUSHED[i % len(PUSHED)], torch.bfloat16, i % 2 == 0) for i in range(48)]
         results = []
@@ -220,7 +229,7 @@ def _pushed_worker(rank: int, world: int, init: str, out: str, plant: bool) -> N
                 torch.cuda._sleep(200_000)  # this rank late: the other's collect waits for its lines
             results.append((ar.gemv(x, w, res), ar(cute_ops.gemv(x, w, residual=res))))
         for i, (got, want) in enumerate(results):
-            check(got, want, f"unsynchronised call {i}")
+            check(got, want, f"unsynchronised call {i}", cases[i][1].shape[0])
         # A graph of pushed and plain calls (a decode step's pattern), replayed with new inputs.
         step = [operands(1, 4096, 2048, torch.bfloat16, True), operands(1, 4096, 7168, torch.bfloat16, False)]
         for x, w, res in step:  # warm-up
@@ -236,7 +245,7 @@ def _pushed_worker(rank: int, world: int, init: str, out: str, plant: bool) -> N
                     res.copy_(fresh(res.shape, res.dtype))
             graph.replay()
             for j, (got, want) in enumerate(outs):
-                check(got, want, f"replay {replay}, call {j}")
+                check(got, want, f"replay {replay}, call {j}", 4096)
 
 
 def _run(tmp_path, plant: bool) -> list[str]:
