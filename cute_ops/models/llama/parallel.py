@@ -180,7 +180,8 @@ class TensorParallel:
 
     def pushed_gemv(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """all_reduce(gemv(x, weight, residual=residual)) as PeerAllReduce.gemv: the gemv stores its
-        rows into the ranks' inboxes itself (the same bits; where pushes(x, weight))."""
+        rows into the ranks' inboxes itself (where pushes(x, weight); the same bits wherever gemv runs
+        its plain kernel, as PeerAllReduce.gemv says)."""
         return self._made(("peer", x.device), lambda: self._peer_all_reduce(x.device)).gemv(x, weight, residual)
 
     @staticmethod
