@@ -50,9 +50,21 @@
 #define CUTE_OPS_GEMV_ASYNC_REDUCE 1
 #endif
 
+// > 0: before its wait on the previous kernel, a CTA also asks L2 for up to this many KB of its
+// own share of W beyond the ring's first copies (one bulk prefetch, CuTe's SM90_BULK_COPY_G2S, a
+// row segment), so the bytes stream while the previous kernel (attention, an all-reduce) leaves
+// DRAM idle, and the mainloop's copies find them in L2. An experiment (perf-notes, session 47);
+// 0, the default, builds none of it. sm_90 only.
+#ifndef CUTE_OPS_GEMV_L2_PREFETCH
+#define CUTE_OPS_GEMV_L2_PREFETCH 0
+#endif
+
 #include <cute/arch/mma_sm80.hpp>
 #if CUTE_OPS_GEMV_ASYNC_REDUCE
 #include <cutlass/arch/barrier.h>
+#endif
+#if CUTE_OPS_GEMV_L2_PREFETCH
+#include <cute/arch/copy_sm90_tma.hpp>
 #endif
 
 #include <cstdint>
@@ -161,6 +173,29 @@ __device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int64_t unit,
 }
 
 __device__ __forceinline__ int chunk_col(int step, int i, int c) { return step * kStepK + 32 * i + 8 * c; }
+
+#if CUTE_OPS_GEMV_L2_PREFETCH
+// The L2 prefetch's budget a CTA, in (unit, step) pairs (16 rows x kStepK columns of W each), and the
+// pairs it skips: the first kStages - 1 steps of every warp, which the ring's copies already fetch.
+constexpr int64_t kPrefetchSteps = int64_t{CUTE_OPS_GEMV_L2_PREFETCH} * 1024 / (kUnitRows * kStepK * 2);
+constexpr int64_t kRingSteps = (kStages - 1) * kWarps;
+
+// Lane l < 16 of the calling warp asks L2 for row l of `unit` (its lo row for l < 8, hi row above;
+// SwiGLU: gate, then up), columns of steps [s0, s1).
+template <typename T, bool kSwiGLU>
+__device__ __forceinline__ void prefetch_unit_l2(const GemvParams& p, int64_t unit, int s0, int s1, int lane) {
+#if defined(CUTE_ARCH_TMA_SM90_ENABLED)
+  if (lane >= kUnitRows) return;
+  const UnitRows rows = unit_rows<kSwiGLU>(p, unit, lane % 8);
+  const bool hi = lane >= 8;
+  const bool valid = (kSwiGLU || !hi) ? rows.col_lo >= 0 : rows.col_hi >= 0;
+  const int col0 = s0 * kStepK, col1 = min(p.k, s1 * kStepK);
+  if (!valid || col0 >= col1) return;
+  const T* row = static_cast<const T*>(p.weight) + (hi ? rows.hi : rows.lo) * p.k;
+  cute::SM90_BULK_COPY_G2S::PREFETCH::copy(row + col0, (col1 - col0) * static_cast<int32_t>(sizeof(T)));
+#endif
+}
+#endif
 
 // Slot j of this thread in ring stage `stage`: [stage][slot][thread], so that a warp's accesses to
 // one slot are 512 contiguous bytes (no bank conflicts).
@@ -290,6 +325,16 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
   };
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) copy_item(t);
+#if CUTE_OPS_GEMV_L2_PREFETCH
+  {  // this CTA's pairs [kRingSteps, limit) in its order (units blockIdx.x + j * gridDim.x), a unit a warp
+    const int64_t limit = min(cta_units * n_steps, kRingSteps + kPrefetchSteps);
+    for (int64_t j = warp; j < cta_units && j * n_steps < limit; j += kWarps) {
+      const int s0 = static_cast<int>(max(int64_t{0}, kRingSteps - j * n_steps));
+      const int s1 = static_cast<int>(min(int64_t{n_steps}, limit - j * n_steps));
+      prefetch_unit_l2<T, kSwiGLU>(p, blockIdx.x + j * gridDim.x, s0, s1, lane);
+    }
+  }
+#endif
 
   wait_for_previous_grid();  // x and residual come from the previous kernel
   allow_dependent_launch();
