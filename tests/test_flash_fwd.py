@@ -260,7 +260,8 @@ def test_devices_must_match():
     # tensors (two GPUs) the op's own check names the argument. Either is an error, never a launch.
     if torch.cuda.is_available() and torch.cuda.device_count() < 2:
         pytest.skip("a fake cuda:1 tensor needs a second GPU where CUDA is initialised")
-    mismatch = r"k is on cuda:1 but q is on cuda:0|same device|cu_seqlens_q is on cuda:1"
+    # (PyTorch 2.11's fake-tensor refusal: "... found two different devices cuda:0, cuda:1".)
+    mismatch = r"k is on cuda:1 but q is on cuda:0|same device|two different devices|cu_seqlens_q is on cuda:1"
     with FakeTensorMode():
         q = torch.empty(2, 5, 4, 64, dtype=torch.bfloat16, device="cuda:0")
         k = torch.empty(2, 7, 2, 64, dtype=torch.bfloat16, device="cuda:1")
