@@ -13,7 +13,7 @@ MAX_ROWS = 8
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
-         residual: torch.Tensor | None = None, activation: str = "none") -> torch.Tensor:
+         residual: torch.Tensor | None = None, activation: str = "none", l2_prefetch_kb: int = 0) -> torch.Tensor:
     """``F.linear`` for a decode batch, with the neighbouring steps of a LLaMA layer folded in.
 
     ``out = act(x' @ weight.T)``, then ``out + residual`` when a residual is given, where ``x'`` is
@@ -36,13 +36,19 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None
         residual: ``[m, cols]``: added to the product after it is rounded to x's dtype, and the sum
             rounded again, as ``F.linear(...) + residual`` would.
         activation: ``"none"`` or ``"swiglu"`` (``silu(gate) * up``, float32, rounded once).
+        l2_prefetch_kb: 0 to 1024. On Hopper, before it waits for the previous kernel of the stream,
+            each CTA asks L2 for this many KB of its share of the weight beyond the copies it
+            starts anyway, so that they stream while that kernel leaves the memory idle (a decode
+            step's attention or all-reduce). A hint for where such a window is known; the result
+            is the same. Where the previous kernel streams memory itself it costs time
+            (docs/perf-notes.md, session 47).
 
     Returns:
         A new ``[m, cols]`` tensor of x's dtype. Products accumulate in float32, in an order that
         does not depend on ``m``: each row of the result is what the call with that row alone gives.
     """
     require_kernels_for("gemv", x)
-    return torch.ops.cute_ops.gemv(x, weight, norm_weight, eps, residual, activation)
+    return torch.ops.cute_ops.gemv(x, weight, norm_weight, eps, residual, activation, l2_prefetch_kb)
 
 
 class GemvExchange:

@@ -50,22 +50,11 @@
 #define CUTE_OPS_GEMV_ASYNC_REDUCE 1
 #endif
 
-// > 0: before its wait on the previous kernel, a CTA also asks L2 for up to this many KB of its
-// own share of W beyond the ring's first copies (one bulk prefetch, CuTe's SM90_BULK_COPY_G2S, a
-// row segment), so the bytes stream while the previous kernel (attention, an all-reduce) leaves
-// DRAM idle, and the mainloop's copies find them in L2. An experiment (perf-notes, session 47);
-// 0, the default, builds none of it. sm_90 only.
-#ifndef CUTE_OPS_GEMV_L2_PREFETCH
-#define CUTE_OPS_GEMV_L2_PREFETCH 0
-#endif
-
 #include <cute/arch/mma_sm80.hpp>
 #if CUTE_OPS_GEMV_ASYNC_REDUCE
 #include <cutlass/arch/barrier.h>
 #endif
-#if CUTE_OPS_GEMV_L2_PREFETCH
 #include <cute/arch/copy_sm90_tma.hpp>
-#endif
 
 #include <cstdint>
 
@@ -174,10 +163,13 @@ __device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int64_t unit,
 
 __device__ __forceinline__ int chunk_col(int step, int i, int c) { return step * kStepK + 32 * i + 8 * c; }
 
-#if CUTE_OPS_GEMV_L2_PREFETCH
-// The L2 prefetch's budget a CTA, in (unit, step) pairs (16 rows x kStepK columns of W each), and the
-// pairs it skips: the first kStages - 1 steps of every warp, which the ring's copies already fetch.
-constexpr int64_t kPrefetchSteps = int64_t{CUTE_OPS_GEMV_L2_PREFETCH} * 1024 / (kUnitRows * kStepK * 2);
+// The L2 prefetch of a call (GemvParams' caller asks for it: gemv's l2_prefetch_kb). Before its
+// wait on the previous kernel, a CTA asks L2 for the next `steps` (unit, step) pairs of its own share
+// of W (16 rows x kStepK columns each) beyond those the ring's first copies fetch (the first
+// kStages - 1 steps of every warp), one bulk prefetch a row segment (CuTe's SM90_BULK_COPY_G2S), so
+// that they stream while the previous kernel leaves DRAM idle (attention, an all-reduce) and the
+// mainloop's copies find them in L2. sm_90 only (elsewhere nothing is prefetched).
+static_assert(kGemvPrefetchStepBytes == int64_t{kUnitRows} * kStepK * 2, "gemv.h's prefetch pair size");
 constexpr int64_t kRingSteps = (kStages - 1) * kWarps;
 
 // Lane l < 16 of the calling warp asks L2 for row l of `unit` (its lo row for l < 8, hi row above;
@@ -195,7 +187,6 @@ __device__ __forceinline__ void prefetch_unit_l2(const GemvParams& p, int64_t un
   cute::SM90_BULK_COPY_G2S::PREFETCH::copy(row + col0, (col1 - col0) * static_cast<int32_t>(sizeof(T)));
 #endif
 }
-#endif
 
 // Slot j of this thread in ring stage `stage`: [stage][slot][thread], so that a warp's accesses to
 // one slot are 512 contiguous bytes (no bank conflicts).
@@ -325,16 +316,6 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
   };
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) copy_item(t);
-#if CUTE_OPS_GEMV_L2_PREFETCH
-  {  // this CTA's pairs [kRingSteps, limit) in its order (units blockIdx.x + j * gridDim.x), a unit a warp
-    const int64_t limit = min(cta_units * n_steps, kRingSteps + kPrefetchSteps);
-    for (int64_t j = warp; j < cta_units && j * n_steps < limit; j += kWarps) {
-      const int s0 = static_cast<int>(max(int64_t{0}, kRingSteps - j * n_steps));
-      const int s1 = static_cast<int>(min(int64_t{n_steps}, limit - j * n_steps));
-      prefetch_unit_l2<T, kSwiGLU>(p, blockIdx.x + j * gridDim.x, s0, s1, lane);
-    }
-  }
-#endif
 
   wait_for_previous_grid();  // x and residual come from the previous kernel
   allow_dependent_launch();
@@ -515,6 +496,26 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
 
 template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const GemvParams p) {
+  gemv_body<T, kNorm, kResidual, kSwiGLU, GemvExchangeMode::kNone>(p, GemvExchangeParams{});
+}
+
+// A plain call with an L2 prefetch: its own kernel, so that the plain kernel's code stays as it
+// was. The CTA's pairs [kRingSteps, kRingSteps + prefetch_steps) in gemv_body's order (units
+// blockIdx.x + j * gridDim.x, each unit's steps in turn), a unit a warp, asked for just before the
+// ring's first copies.
+template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_prefetch_kernel(const GemvParams p,
+                                                                                const int64_t prefetch_steps) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n_steps = (p.k + kStepK - 1) / kStepK;
+  const int64_t n_units = num_units(p);
+  const int64_t cta_units = (n_units - blockIdx.x + gridDim.x - 1) / gridDim.x;
+  const int64_t limit = min(cta_units * n_steps, kRingSteps + prefetch_steps);
+  for (int64_t j = warp; j < cta_units && j * n_steps < limit; j += kWarps) {
+    const int s0 = static_cast<int>(max(int64_t{0}, kRingSteps - j * n_steps));
+    const int s1 = static_cast<int>(min(int64_t{n_steps}, limit - j * n_steps));
+    prefetch_unit_l2<T, kSwiGLU>(p, blockIdx.x + j * gridDim.x, s0, s1, lane);
+  }
   gemv_body<T, kNorm, kResidual, kSwiGLU, GemvExchangeMode::kNone>(p, GemvExchangeParams{});
 }
 

@@ -62,7 +62,8 @@ __device__ __forceinline__ float2 wait_words(const uint64_t* p) {
   }
 }
 
-template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
+// kPrefetch: the call's L2 prefetch (gemv_kernel.cuh), sk.l2_prefetch_steps pairs a CTA.
+template <typename T, bool kNorm, bool kResidual, bool kSwiGLU, bool kPrefetch = false>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(const GemvParams p,
                                                                                 const GemvStreamKParams sk) {
   using Mma = typename MmaAtom<T>::type;
@@ -101,9 +102,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
   };
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) copy_next();
-#if CUTE_OPS_GEMV_L2_PREFETCH
-  {  // pairs [begin + kRingSteps, limit) of this CTA's range, a unit a warp
-    const int64_t start = min(end, begin + kRingSteps), limit = min(end, start + kPrefetchSteps);
+  if constexpr (kPrefetch) {  // pairs [begin + kRingSteps, limit) of this CTA's range, a unit a warp
+    const int64_t start = min(end, begin + kRingSteps), limit = min(end, start + sk.l2_prefetch_steps);
     if (start < limit) {
       for (int64_t unit = start / n_steps + warp; unit <= (limit - 1) / n_steps; unit += kWarps) {
         const int s0 = static_cast<int>(max(int64_t{0}, start - unit * n_steps));
@@ -112,7 +112,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
       }
     }
   }
-#endif
 
   wait_for_previous_grid();  // x and residual come from the previous kernel
   allow_dependent_launch();
