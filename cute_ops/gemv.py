@@ -38,10 +38,10 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None
         activation: ``"none"`` or ``"swiglu"`` (``silu(gate) * up``, float32, rounded once).
         l2_prefetch_kb: 0 to 1024. On Hopper, before it waits for the previous kernel of the stream,
             each CTA asks L2 for this many KB of its share of the weight beyond the copies it
-            starts anyway, so that they stream while that kernel leaves the memory idle (a decode
-            step's attention or all-reduce). A hint for where such a window is known; the result
-            is the same. Where the previous kernel streams memory itself it costs time
-            (docs/perf-notes.md, session 47).
+            starts anyway, so that they stream while that kernel runs. The result is the same; the
+            time is not: the previous kernel's memory accesses queue behind the prefetch, so
+            behind a latency-bound kernel (a decode step's attention) or one that streams memory
+            itself it measured slower (docs/perf-notes.md, session 47). An experiment's hint.
 
     Returns:
         A new ``[m, cols]`` tensor of x's dtype. Products accumulate in float32, in an order that

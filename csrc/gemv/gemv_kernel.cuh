@@ -167,8 +167,10 @@ __device__ __forceinline__ int chunk_col(int step, int i, int c) { return step *
 // wait on the previous kernel, a CTA asks L2 for the next `steps` (unit, step) pairs of its own share
 // of W (16 rows x kStepK columns each) beyond those the ring's first copies fetch (the first
 // kStages - 1 steps of every warp), one bulk prefetch a row segment (CuTe's SM90_BULK_COPY_G2S), so
-// that they stream while the previous kernel leaves DRAM idle (attention, an all-reduce) and the
-// mainloop's copies find them in L2. sm_90 only (elsewhere nothing is prefetched).
+// that they stream while the previous kernel runs and the mainloop's copies find them in L2. sm_90
+// only (elsewhere nothing is prefetched). Measured (docs/perf-notes.md, session 47): the previous
+// kernel's own accesses queue behind the prefetch, so behind the decode step's attention it lost
+// 5-10 us a layer of attention for 1.5 us of o gemv.
 static_assert(kGemvPrefetchStepBytes == int64_t{kUnitRows} * kStepK * 2, "gemv.h's prefetch pair size");
 constexpr int64_t kRingSteps = (kStages - 1) * kWarps;
 

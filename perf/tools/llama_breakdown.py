@@ -52,7 +52,7 @@ GEMV_GROUPS = {("true", "false", "false"): "gemv: qkv, lm_head (norm folded in)"
 
 
 def group_of(name: str) -> str:
-    flags = re.search(r"gemv_(?:stream_k_|exchange_)?kernel<[^,]+, (\w+), (\w+), (\w+)[,>]", name)
+    flags = re.search(r"gemv_(?:stream_k_|exchange_|prefetch_)?kernel<[^,]+, (\w+), (\w+), (\w+)[,>]", name)
     if flags:
         return GEMV_GROUPS.get(flags.groups(), "gemv: other")
     return next((g for key, g in GROUPS if key in name), "other: " + name[:60])

@@ -71,8 +71,8 @@ class Llama(torch.nn.Module):
     # plain gemvs.
     fold_all_reduce = False
     # A gemv decode step's L2 prefetches (gemv's l2_prefetch_kb) by projection: "qkv", "o",
-    # "gate_up", "down", "lm_head" -> KB a CTA. Empty by default (docs/perf-notes.md, session 47);
-    # the pushed all-reduce's o and down take none.
+    # "gate_up", "down", "lm_head" -> KB a CTA. Empty by default: o's, behind the attention, made
+    # the step slower (docs/perf-notes.md, session 47). The pushed all-reduce's o and down take none.
     l2_prefetch_kb: dict[str, int] = {}
     L2_PREFETCH_PROJECTIONS = ("qkv", "o", "gate_up", "down", "lm_head")
 
