@@ -88,35 +88,61 @@ __device__ __forceinline__ T* push_target(const GemvExchangeParams& e, int hidde
   return at_offset<T>(e.buffers[dest], layout.inbox(e.slot, e.rank)) + static_cast<int64_t>(row) * hidden + col;
 }
 
-// kPushLines, in the warp that ran a unit's epilogue (every lane, converged): the unit's output rows
-// as the lines of the next peer_all_reduce call, into every rank's workspace at this rank's inbox
-// (its own included). Lane (g, c) holds columns col_lo = 16 unit + g and col_hi = col_lo + 8 of
-// rows 2c and 2c + 1 (v: gemv_body's sums, before the residual); a line is 4 neighbouring columns
-// of a row, so lanes g = 0 and 4 take their three right neighbours' values (lanes + 4, + 8, + 12,
-// the same c) and store the lines. The values are the outputs' bits as gemv stores them (rounded,
-// the residual added). The line's count is read after this gemv's wait for the previous kernel, so
-// after the previous call of that line's CTA ended (peer_all_reduce.h, pushed calls).
-template <typename T, bool kResidual>
-__device__ __forceinline__ void push_unit_lines(const GemvExchangeParams& e, const GemvParams& p, int col_lo,
-                                                int col_hi, const float (&v)[4], int g, int c) {
-  static_assert(sizeof(T) == 2, "a line holds 4 16-bit outputs");
-  const PeerLayout layout{e.world};
-  void* own = e.buffers[e.rank];
-  const bool pusher = g % 4 == 0;
-  // The lines' counts first, in flight with the residual's loads. 4 | col, and 4 | out_cols: a line
-  // is whole or absent.
-  int64_t line[2][2];
+// kPushLines: a unit's output rows as the lines of the next peer_all_reduce call, into every rank's
+// workspace at this rank's inbox (its own included). Lane (g, c) holds columns col_lo = 16 unit + g
+// and col_hi = col_lo + 8 of rows 2c and 2c + 1; a line is 4 neighbouring columns of a row, so lanes
+// g = 0 and 4 (the pushers) store the lines of their columns and their three right neighbours'.
+//
+// The line of (row 2c + j, col_lo or col_hi) a pusher stores, -1 where there is none (4 | col and
+// 4 | out_cols: a line is whole or absent).
+__device__ __forceinline__ int64_t pushed_line(const GemvParams& p, int col_lo, int col_hi, int g, int c, int j,
+                                               int half) {
+  const int row = 2 * c + j, col = half == 0 ? col_lo : col_hi;
+  return g % 4 == 0 && row < p.m && col >= 0 ? (static_cast<int64_t>(row) * p.out_cols + col) / 4 : -1;
+}
+
+// This rank's own workspace, without indexing the parameter array by a run-time rank (which puts
+// the array on the stack).
+__device__ __forceinline__ void* own_workspace(const GemvExchangeParams& e) {
+  void* own = e.buffers[0];
+#pragma unroll
+  for (int r = 1; r < kGemvMaxRanks; ++r) own = r == e.rank ? e.buffers[r] : own;
+  return own;
+}
+
+// The call counts of the lines a pusher stores for a unit: read when the unit starts (after this
+// gemv's wait for the previous kernel, so after the previous call of each line's CTA ended:
+// peer_all_reduce.h, pushed calls), so that their round trip overlaps the unit's stream instead of
+// waiting in its epilogue.
+struct PushLineCounts {
   uint32_t count[2][2];
+};
+
+__device__ __forceinline__ PushLineCounts load_push_line_counts(const GemvExchangeParams& e, const GemvParams& p,
+                                                                int col_lo, int col_hi, int g, int c) {
+  const PeerLayout layout{e.world};
+  void* own = own_workspace(e);
+  PushLineCounts counts;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = 2 * c + j, col = half == 0 ? col_lo : col_hi;
-      const bool pushed = pusher && row < p.m && col >= 0;
-      line[j][half] = pushed ? (static_cast<int64_t>(row) * p.out_cols + col) / 4 : -1;
-      count[j][half] = pushed ? __ldcg(peer_uses(own, layout, line[j][half] / kPeerLinesPerBlock)) : 0u;
+      const int64_t line = pushed_line(p, col_lo, col_hi, g, c, j, half);
+      counts.count[j][half] = line >= 0 ? __ldcg(peer_uses(own, layout, line / kPeerLinesPerBlock)) : 0u;
     }
   }
+  return counts;
+}
+
+// In the warp that ran a unit's epilogue (every lane, converged): the lines (v: gemv_body's sums,
+// before the residual). The values are the outputs' bits as gemv stores them (rounded, the residual
+// added).
+template <typename T, bool kResidual>
+__device__ __forceinline__ void push_unit_lines(const GemvExchangeParams& e, const GemvParams& p, int col_lo,
+                                                int col_hi, const float (&v)[4], int g, int c,
+                                                const PushLineCounts& counts) {
+  static_assert(sizeof(T) == 2, "a line holds 4 16-bit outputs");
+  const PeerLayout layout{e.world};
   const T* residual = static_cast<const T*>(p.residual);
   uint32_t bits[2][2][4];  // [row 2c + j][col_lo or col_hi][this lane, then its 3 right neighbours]
 #pragma unroll
@@ -137,11 +163,15 @@ __device__ __forceinline__ void push_unit_lines(const GemvExchangeParams& e, con
   for (int j = 0; j < 2; ++j) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      if (line[j][half] < 0) continue;
+      const int64_t line = pushed_line(p, col_lo, col_hi, g, c, j, half);
+      if (line < 0) continue;
       const uint32_t* w = bits[j][half];
-      for (int r = 0; r < e.world; ++r) {
-        store_peer_line(peer_line_at(e.buffers[r], layout, count[j][half] & 1, e.rank, line[j][half]),
-                        w[0] | w[1] << 16, w[2] | w[3] << 16, count[j][half] + 1);
+      const uint32_t count = counts.count[j][half];
+#pragma unroll
+      for (int r = 0; r < kGemvMaxRanks; ++r) {
+        if (r >= e.world) break;
+        store_peer_line(peer_line_at(e.buffers[r], layout, count & 1, e.rank, line), w[0] | w[1] << 16,
+                        w[2] | w[3] << 16, count + 1);
       }
     }
   }

@@ -330,6 +330,14 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
 #endif
   for (int64_t unit = blockIdx.x; unit < n_units; unit += gridDim.x) {
     const UnitRows out_rows = unit_rows<kSwiGLU>(p, unit, g);
+    // kPushLines: the unit's lines' counts, in flight while it streams (gemv_exchange.cuh)
+    [[maybe_unused]] const auto push_counts = [&] {
+      if constexpr (kExchange == GemvExchangeMode::kPushLines) {
+        return load_push_line_counts(e, p, out_rows.col_lo, out_rows.col_hi, g, c);
+      } else {
+        return 0;
+      }
+    }();
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     float sum_sq = 0.f;  // kNorm: of this lane's columns of x's row `token`
     for (int s = 0; s < steps_per_unit; ++s, ++item) {
@@ -488,7 +496,7 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
       }
       // (no kPushLines constant: an unused one in the other kernels moved their code)
       if constexpr (kExchange == GemvExchangeMode::kPushLines) {
-        push_unit_lines<T, kResidual>(e, p, out_rows.col_lo, out_rows.col_hi, v, g, c);
+        push_unit_lines<T, kResidual>(e, p, out_rows.col_lo, out_rows.col_hi, v, g, c, push_counts);
       }
     }
     buffer ^= 1;
@@ -526,7 +534,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_prefetch_kernel(
 // instructions in another order than before the exchange; same speed, perf-notes).
 template <typename T, bool kNorm, bool kResidual, bool kSwiGLU, GemvExchangeMode kExchange>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_exchange_kernel(const GemvParams p,
-                                                                                const GemvExchangeParams e) {
+                                                                                const __grid_constant__ GemvExchangeParams e) {
   gemv_body<T, kNorm, kResidual, kSwiGLU, kExchange>(p, e);
 }
 
