@@ -32,6 +32,15 @@
 #include "flash_decode/trace.h"
 
 
+// 1 (the default): the stream's next kernel may launch once this one has waited for its own
+// predecessor, so that its CTAs (the o projection's gemv) start their weight copies during the
+// attention. 0: only once each CTA has read its last cache tile, so that the attention's loads do
+// not queue behind those copies (an experiment: a larger L2 prefetch in that window slowed the
+// attention by 5-10 us a layer; docs/perf-notes.md, session 47).
+#ifndef CUTE_OPS_DECODE_EARLY_DEPENDENTS
+#define CUTE_OPS_DECODE_EARLY_DEPENDENTS 1
+#endif
+
 namespace cute_ops::decode {
 
 using namespace cute;
@@ -84,7 +93,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // here on (it waits for this grid's end before it reads anything).
   DECODE_TRACE(0);
   wait_for_previous_grid();
+#if CUTE_OPS_DECODE_EARLY_DEPENDENTS
   allow_dependent_launch();
+#endif
   DECODE_TRACE(1);
 
   // Q rows, zero past the last packed row, issued before the length is read (RoPE, which needs the
@@ -337,6 +348,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // one token under GQA 4). Kept short and parallel: with four warps an SM there is nobody to
   // hide a serial tail behind.
   DECODE_TRACE(3);
+#if !CUTE_OPS_DECODE_EARLY_DEPENDENTS
+  allow_dependent_launch();
+#endif
   cute::cp_async_wait<0>();
   const bool poison_rows = __syncthreads_or(poisoned);
   if (bad_page_key >= 0) report_bad_page(p, bidb, bad_page_key, bad_page);
