@@ -172,6 +172,8 @@ __device__ __forceinline__ int chunk_col(int step, int i, int c) { return step *
 // kernel's own accesses queue behind the prefetch, so behind the decode step's attention it lost
 // 5-10 us a layer of attention for 1.5 us of o gemv.
 static_assert(kGemvPrefetchStepBytes == int64_t{kUnitRows} * kStepK * 2, "gemv.h's prefetch pair size");
+// (Exact where every warp has kStages - 1 steps in the first unit, k >= 2048; for a shorter k some
+// pairs are asked for twice or not at all: a matter of time only.)
 constexpr int64_t kRingSteps = (kStages - 1) * kWarps;
 
 // Lane l < 16 of the calling warp asks L2 for row l of `unit` (its lo row for l < 8, hi row above;

@@ -20,6 +20,9 @@ logits are gathered. One rank is the same code with the collectives left out.
 """
 from __future__ import annotations
 
+import types
+from collections.abc import Mapping
+
 import torch
 import torch.nn.functional as F
 
@@ -73,7 +76,7 @@ class Llama(torch.nn.Module):
     # A gemv decode step's L2 prefetches (gemv's l2_prefetch_kb) by projection: "qkv", "o",
     # "gate_up", "down", "lm_head" -> KB a CTA. Empty by default: o's, behind the attention, made
     # the step slower (docs/perf-notes.md, session 47). The pushed all-reduce's o and down take none.
-    l2_prefetch_kb: dict[str, int] = {}
+    l2_prefetch_kb: Mapping[str, int] = types.MappingProxyType({})  # assign a dict to set one
     L2_PREFETCH_PROJECTIONS = ("qkv", "o", "gate_up", "down", "lm_head")
 
     def __init__(self, config: LlamaConfig, dtype: torch.dtype = torch.bfloat16, device="cuda",
