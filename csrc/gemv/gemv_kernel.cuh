@@ -533,7 +533,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_prefetch_kernel(
 
 // A push or a pull: the exchange's parameters in a second argument, so that the plain kernel's
 // parameters stay as they were (its code nearly: 8 of the 16 plain kernels compile with 3
-// instructions in another order than before the exchange; same speed, perf-notes).
+// instructions in another order than before the exchange; same speed, perf-notes). The exchange's
+// parameters are __grid_constant__: read where they are, even at a run-time rank's index, instead of
+// copied to the stack first (96 bytes a thread, session 47).
 template <typename T, bool kNorm, bool kResidual, bool kSwiGLU, GemvExchangeMode kExchange>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_exchange_kernel(const GemvParams p,
                                                                                 const __grid_constant__ GemvExchangeParams e) {
