@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""A LLaMA decode step's kernels, ours against the gpt-fast-style compiled baseline, side by side:
+each side's graph-replayed steps profiled, its kernels grouped by kind (a name's first words), the
+device time a step per group. For the batches where the two steps are close (B = 32, 64) and the
+difference has to be found kernel by kernel. Not the benchmark (perf/run.py times both steps).
+
+    python perf/tools/llama_vs_baseline.py [--batch 64] [--ctx 512]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import pathlib
+import re
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from cases_llama import decode_runner  # noqa: E402
+from llama_baseline import GptFastLlama  # noqa: E402
+from cute_ops.models.llama import PRESETS, Llama  # noqa: E402
+
+
+def kind(name: str) -> str:
+    """A kernel's group: its name without template arguments, launch bounds and numbered suffixes."""
+    name = re.sub(r"<.*", "", name.replace("void ", ""))
+    name = re.sub(r"\(.*", "", name)
+    name = re.sub(r"_\d+$", "", name)
+    for key in ("nvjet", "gemv", "splitKreduce", "gemmk1", "triton_per", "triton_poi", "triton_red"):
+        if key in name:
+            return key
+    return name.split("::")[-1][:40]
+
+
+def profile_step(step, steps: int) -> tuple[float, dict[str, float], dict[str, int]]:
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        step()
+    end.record()
+    torch.cuda.synchronize()
+    step_us = start.elapsed_time(end) * 1e3 / 20
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    us, count = collections.defaultdict(float), collections.Counter()
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            us[kind(ev.name)] += (ev.time_range.end - ev.time_range.start) / steps
+            count[kind(ev.name)] += 1
+    return step_us, us, {k: v // steps for k, v in count.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="llama3-8b", choices=sorted(PRESETS))
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=4)
+    args = ap.parse_args()
+    model = Llama.random(PRESETS[args.preset])
+    runner = decode_runner(model, args.batch, args.ctx)
+    base = torch.compile(GptFastLlama(model, args.batch, args.ctx + 16), mode="reduce-overhead", fullgraph=True)
+    idx = torch.ones(args.batch, 1, dtype=torch.int64, device="cuda")
+    pos = torch.tensor([args.ctx], device="cuda")
+    sides = {"ours": profile_step(lambda: runner.decode_step(args.batch), args.steps),
+             "gptfast_compile": profile_step(lambda: base(idx, pos), args.steps)}
+    print(f"{torch.cuda.get_device_name()}, {args.preset} bf16, B={args.batch}, ctx {args.ctx}: step "
+          + ", ".join(f"{k} {v[0]:.0f} us" for k, v in sides.items()))
+    for name, (step_us, us, count) in sides.items():
+        print(f"\n{name}: {step_us:.0f} us a step, kernels busy {sum(us.values()):.0f}\n| kernel kind | a step | us |\n|---|---|---|")
+        for k, v in sorted(us.items(), key=lambda kv: -kv[1]):
+            print(f"| {k} | {count[k]} | {v:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
