@@ -162,6 +162,9 @@ TORCH_LIBRARY(cute_ops, m) {
   m.def("gemm_pair(Tensor a, Tensor b0, Tensor b1, str activation=\"swiglu\", str policy=\"sequential\", "
         "str granularity=\"tile\", int split_k0=-1, int split_k1=-1, int block_m=0, int lag=-1, "
         "bool separate_launches=False, str arch=\"auto\") -> Tensor");
+  // silu(gate) * up of a gate/up product [..., 2 * inter] whose columns are in pack_gate_up's
+  // order (the activation of a LLaMA MLP whose gate/up matmul ran elsewhere) -> [..., inter].
+  m.def("swiglu(Tensor gate_up) -> Tensor");
   // The order table gemm_pair's kernel reads (host code, a CPU tensor), for tests and inspection.
   m.def("gemm_pair_order(int m, int k, int n0, int n1, str activation, str policy, str granularity, int block_m, "
         "int split_k0, int split_k1, int lag) -> Tensor",

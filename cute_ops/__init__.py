@@ -11,7 +11,7 @@ from .errors import (DeviceDataError, DeviceError, check_errors, get_device_erro
                      set_device_error_mode)
 from .flash import flash_attn_func, flash_attn_varlen_func, flash_fwd, flash_fwd_varlen
 from .gemv import GemvExchange, gemv, gemv_pull, gemv_push
-from .gemm_pair import fused_mlp, gemm_pair, pack_gate_up, unpack_gate_up
+from .gemm_pair import fused_mlp, gemm_pair, pack_gate_up, swiglu, unpack_gate_up
 from .norm import fused_add_rms_norm, rms_norm
 from .rope import Llama3RopeScaling, rope_cos_sin_cache, rope_inv_freq, rotary_embedding
 
@@ -48,5 +48,6 @@ __all__ = [
     "rotary_embedding",
     "schemas_loaded",
     "set_device_error_mode",
+    "swiglu",
     "unpack_gate_up",
 ]

@@ -116,6 +116,25 @@ def unpack_gate_up(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return gate, up
 
 
+def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` of a gate/up product whose columns are in :func:`pack_gate_up`'s order
+    (``x @ pack_gate_up(w_gate, w_up).T``, as cuBLAS computes it): the activation of a LLaMA MLP
+    whose gate/up matmul ran elsewhere, in one pass over the product (where ``F.silu(gate) * up``
+    over its two strided halves runs two kernels and writes an intermediate).
+
+    Args:
+        gate_up: ``[..., 2 * inter]`` CUDA tensor, float16/bfloat16/float32; the last dim
+            contiguous, rows 16-byte aligned (a row stride a multiple of 8 elements for 16-bit
+            types, 4 for float32), the leading dims viewable as one.
+
+    Returns:
+        A new contiguous ``[..., inter]`` tensor of gate_up's dtype. The activation runs in float32
+        and is rounded once (PyTorch's ``F.silu(gate) * up`` rounds twice).
+    """
+    require_kernels_for("swiglu", gate_up)
+    return torch.ops.cute_ops.swiglu(gate_up)
+
+
 def fused_mlp(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, policy: str = "sequential",
               granularity: str = "tile", split_k1: int | None = None, split_k0: int | None = None,
               arch: str = "auto", kernel: str = "auto") -> torch.Tensor:

@@ -171,6 +171,16 @@ def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: s
     return h @ b1.T
 
 
+def swiglu(gate_up: torch.Tensor) -> torch.Tensor:
+    """`cute_ops.swiglu` as a model writes it: ``F.silu(gate) * up`` over the columns of a gate/up
+    product in pack_gate_up's order, each step in gate_up's dtype (float64: the exact reference)."""
+    from .gemm_pair import unpack_gate_up
+
+    rows = gate_up.reshape(-1, gate_up.shape[-1])
+    gate, up = (t.T for t in unpack_gate_up(rows.T))
+    return (torch.nn.functional.silu(gate) * up).reshape(*gate_up.shape[:-1], gate_up.shape[-1] // 2)
+
+
 def llama_mlp(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
     """LLaMA's MLP as a model writes it (the cuBLAS baseline): down(silu(gate(x)) * up(x))."""
     return torch.nn.functional.linear(torch.nn.functional.silu(torch.nn.functional.linear(x, w_gate))

@@ -145,6 +145,15 @@ def gemm_pair_cases():
             cute_ops.gemm_pair(a, b0, b1, arch="sm90", block_m=block_m, split_k0=64, split_k1=128)
 
 
+def swiglu_cases():
+    # Whole gate/up blocks, a partial last block, output rows that are not whole vectors, strided
+    # rows; each dtype.
+    for dtype in (BF16, torch.float16, torch.float32):
+        for rows, inter in ((1, 64), (17, 200), (5, 4), (1000, 136)):
+            cute_ops.swiglu(rand(rows, 2 * inter, dtype=dtype))
+        cute_ops.swiglu(rand(33, 2 * 200 + 8, dtype=dtype)[:, :400])
+
+
 def gemv_cases():
     # k: one chunk, a partial step, more steps than warps; n: below and past one unit of 16 rows;
     # SwiGLU with a partial gate/up block. (3, 4104, 4401): more units than a 132-SM device's CTA
@@ -193,8 +202,8 @@ def main():
     torch.manual_seed(0)
     chosen = sys.argv[1:]  # family names; default: all
     for name, run in (("norm", norm_cases), ("rope", rope_cases), ("flash_fwd", flash_fwd_cases),
-                      ("flash_decode", flash_decode_cases), ("gemm_pair", gemm_pair_cases), ("gemv", gemv_cases),
-                      ("allreduce", allreduce_cases)):
+                      ("flash_decode", flash_decode_cases), ("gemm_pair", gemm_pair_cases), ("swiglu", swiglu_cases),
+                      ("gemv", gemv_cases), ("allreduce", allreduce_cases)):
         if chosen and name not in chosen:
             continue
         run()

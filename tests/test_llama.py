@@ -423,15 +423,17 @@ def test_bad_generation_inputs():
         cache.allocator.allocate(0, 10_000)
 
 
-def test_prefill_mlp_through_cublas_matches_the_unpacked_math():
-    # Batches of more than FUSED_MLP_MAX_ROWS rows take the cuBLAS path (Llama._mlp) on the packed weights: the view that
-    # splits gate from up must pair each gate row with its own up row.
+@pytest.mark.gpu
+@pytest.mark.parametrize("inter", [256, 200])
+def test_prefill_mlp_through_cublas_matches_the_unpacked_math(inter):
+    # Batches of more than FUSED_MLP_MAX_ROWS rows take the cuBLAS path (Llama._mlp) on the packed weights, with
+    # swiglu between the two matmuls: it must pair each gate column with its own up column (200: a partial last block).
     from cute_ops.models.llama.model import FUSED_MLP_MAX_ROWS
-    cfg = _tiny(intermediate_size=256, hidden_size=512)
+    cfg = _tiny(intermediate_size=inter, hidden_size=512)
     sd = _hf_state_dict(cfg, dtype=torch.float64)
-    model = from_hf_state_dict(cfg, sd, dtype=torch.bfloat16, device="cpu")
-    h = torch.randn(FUSED_MLP_MAX_ROWS + 1, cfg.hidden_size, dtype=torch.float64)
-    gate, up, down = (sd[f"model.layers.0.mlp.{n}_proj.weight"] for n in ("gate", "up", "down"))
+    model = from_hf_state_dict(cfg, sd, dtype=torch.bfloat16, device="cuda")
+    h = torch.randn(FUSED_MLP_MAX_ROWS + 1, cfg.hidden_size, dtype=torch.float64, device="cuda")
+    gate, up, down = (sd[f"model.layers.0.mlp.{n}_proj.weight"].cuda() for n in ("gate", "up", "down"))
 
     def mlp(x, dtype):
         x, g, u, d = (t.to(dtype) for t in (x, gate, up, down))

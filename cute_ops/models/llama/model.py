@@ -8,7 +8,7 @@ cache). The ops carry the work:
     decode     flash_decode: RoPE of q and k_new, the append into the pages and attention, one kernel
                (the merge of split keys included)
     mlp        fused_mlp (weights packed at load) for up to 8 rows, which runs its two gemvs
-               there; cuBLAS for more, where it is faster
+               there; for more, cuBLAS's gate/up and down with swiglu (one kernel) between them
     small decode batches (up to gemv.MAX_ROWS sequences): every projection is a gemv that folds the
                norm before it and the residual add after it, so a layer is qkv, attention, o, gate/up,
                down: five launches chained by programmatic dependent launch on Hopper
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ...decode import flash_decode, quantize_kv
 from ...flash import flash_fwd_varlen
-from ...gemm_pair import GATE_BLOCK, fused_mlp
+from ...gemm_pair import fused_mlp, swiglu
 from ...gemv import MAX_ROWS as GEMV_MAX_ROWS, GemvExchange, gemv, gemv_pull, gemv_push
 from ...norm import fused_add_rms_norm, rms_norm
 from ...rope import rope_cos_sin_cache, rotary_embedding
@@ -160,14 +160,11 @@ class Llama(torch.nn.Module):
         """fused_mlp where it is the faster (the smallest batches, whose time is the weights'
         read; it runs two gemvs there); above FUSED_MLP_MAX_ROWS rows the gate/up and down matmuls
         through cuBLAS, ahead of fused_mlp's gemm_pair from M = 16 on both Hopper GPUs
-        (perf/results, gemm_pair), on the same packed weights: pack_gate_up's blocks of 64 gate
-        rows then 64 up rows, split by a view."""
-        inter = layer.w_down.shape[1]
-        if h.shape[0] <= FUSED_MLP_MAX_ROWS or inter % GATE_BLOCK:
+        (perf/results, gemm_pair), on the same packed weights, with swiglu between them (one
+        kernel over pack_gate_up's column order)."""
+        if h.shape[0] <= FUSED_MLP_MAX_ROWS:
             return fused_mlp(h, layer.w_gate_up, layer.w_down)
-        gate_up = F.linear(h, layer.w_gate_up).view(h.shape[0], inter // GATE_BLOCK, 2, GATE_BLOCK)
-        act = F.silu(gate_up[:, :, 0]) * gate_up[:, :, 1]
-        return F.linear(act.reshape(h.shape[0], inter), layer.w_down)
+        return F.linear(swiglu(F.linear(h, layer.w_gate_up)), layer.w_down)
 
     def _layers(self, x: torch.Tensor, attention) -> torch.Tensor:
         """The decoder stack over hidden states x [tokens, hidden]; attention(i, q, k, v) -> [tokens,
