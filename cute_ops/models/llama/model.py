@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ...decode import flash_decode, quantize_kv
 from ...flash import flash_fwd_varlen
-from ...gemm_pair import fused_mlp, swiglu
+from ...gemm_pair import GATE_BLOCK, fused_mlp, swiglu
 from ...gemv import MAX_ROWS as GEMV_MAX_ROWS, GemvExchange, gemv, gemv_pull, gemv_push
 from ...norm import fused_add_rms_norm, rms_norm
 from ...rope import rope_cos_sin_cache, rotary_embedding
@@ -161,8 +161,11 @@ class Llama(torch.nn.Module):
         read; it runs two gemvs there); above FUSED_MLP_MAX_ROWS rows the gate/up and down matmuls
         through cuBLAS, ahead of fused_mlp's gemm_pair from M = 16 on both Hopper GPUs
         (perf/results, gemm_pair), on the same packed weights, with swiglu between them (one
-        kernel over pack_gate_up's column order)."""
-        if h.shape[0] <= FUSED_MLP_MAX_ROWS:
+        kernel over pack_gate_up's column order). An intermediate size that is not a multiple of
+        pack_gate_up's block stays on fused_mlp, as before swiglu: the small test models have one
+        (1000), and their greedy tokens, batched against alone (test_llama), hold there because
+        gemm_pair's rows do not depend on the batch, while cuBLAS picks its kernels by M."""
+        if h.shape[0] <= FUSED_MLP_MAX_ROWS or layer.w_down.shape[1] % GATE_BLOCK:
             return fused_mlp(h, layer.w_gate_up, layer.w_down)
         return F.linear(swiglu(F.linear(h, layer.w_gate_up)), layer.w_down)
 
