@@ -352,6 +352,23 @@ def test_step_timing_without_a_gpu_says_so(monkeypatch, capsys):
     assert "no GPU here" in capsys.readouterr().out
 
 
+# -- perf/tools/llama_vs_baseline.py ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name, kind", [
+    ("void cute_ops::decode::flash_decode_kernel<cute_ops::decode::FlashDecodeTraits<128, 3, cutlass::bfloat16_t>, "
+     "true>(cute_ops::FlashDecodeParams)", "flash_decode_kernel"),
+    ("nvjet_tst_128x64_64x8_2x1_v_bz_coopA_NTN", "nvjet"),
+    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16>(cublasLt::cublasSplitKParams<float>)",
+     "splitKreduce"),
+    ("triton_poi_fused_add_mul_silu_7", "triton_poi"),
+    ("void at::native::elementwise_kernel<128, 2>(int, at::native::gpu_kernel_impl_nocast<...>)",
+     "elementwise_kernel"),
+    ("void cute_ops::(anonymous namespace)::swiglu_kernel<__nv_bfloat16>(cute_ops::SwigluParams)", "swiglu_kernel"),
+])
+def test_llama_vs_baseline_groups_kernels_by_kind(name, kind):
+    assert _tool("llama_vs_baseline").kind(name) == kind
+
+
 # -- perf/tools/gemv_bits.py -----------------------------------------------------------------------
 
 def test_gemv_bits_without_a_gpu_says_so(monkeypatch, capsys, tmp_path):

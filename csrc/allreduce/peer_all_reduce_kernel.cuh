@@ -13,15 +13,6 @@
 #include "common/peer_lines.cuh"
 #include "common/peer_wait.h"
 
-// 1 (the default): the next kernel may launch as this one starts, and its CTAs fill their rings of
-// weight copies while the exchange runs. 0: only once this CTA's sum is done, so that the exchange's
-// loads, NVLink stores and polls do not queue behind those copies (an experiment: on 2 x H100 the
-// all-reduce after the o projection, which the 117 MB gate/up follows, took 6-7 us against 4.3 after
-// down; docs/perf-notes.md, session 47).
-#ifndef CUTE_OPS_PEER_EARLY_DEPENDENTS
-#define CUTE_OPS_PEER_EARLY_DEPENDENTS 1
-#endif
-
 namespace cute_ops::allreduce {
 
 // The 8 bytes of x in a line as floats (4 16-bit values or 2 float32).
@@ -65,9 +56,7 @@ template <typename T, int kWorld, bool kCollect>
 __global__ void __launch_bounds__(kPeerThreads) peer_all_reduce_kernel(const PeerAllReduceParams p) {
   // The next kernel (a gemv) may launch now and start its weight copies; it waits for this
   // kernel's end before it reads x.
-#if CUTE_OPS_PEER_EARLY_DEPENDENTS
   allow_dependent_launch();
-#endif
   if constexpr (!kCollect) wait_for_previous_grid();  // x comes from the previous kernel
 
   const PeerLayout layout{kWorld};
@@ -119,9 +108,6 @@ __global__ void __launch_bounds__(kPeerThreads) peer_all_reduce_kernel(const Pee
     x[line] = Lane<T>::pack(acc);
   }
   __syncthreads();
-#if !CUTE_OPS_PEER_EARLY_DEPENDENTS
-  allow_dependent_launch();
-#endif
   if (threadIdx.x == 0) *uses = epoch;  // this CTA's calls, read by its next call
 }
 

@@ -32,13 +32,14 @@
 #include "flash_decode/trace.h"
 
 
-// 1 (the default): the stream's next kernel may launch once this one has waited for its own
-// predecessor, so that its CTAs (the o projection's gemv) start their weight copies during the
-// attention. 0: only once each CTA has read its last cache tile, so that the attention's loads do
-// not queue behind those copies (an experiment: a larger L2 prefetch in that window slowed the
-// attention by 5-10 us a layer; docs/perf-notes.md, session 47).
-#ifndef CUTE_OPS_DECODE_EARLY_DEPENDENTS
-#define CUTE_OPS_DECODE_EARLY_DEPENDENTS 1
+// 0 (the default): the ring's prologue and the per-row copy of a tile's last keys are unrolled.
+// 1: both stay loops. They run once or twice a CTA, but unrolled they are most of the kernel's
+// code (the new-token kernel at D 128: 111 KB, about 35 KB of it the three unrolled prologue
+// stages), which a call pays to fetch from DRAM when the kernels before it swept L2 (the cuBLAS
+// layers of the LLaMA model above 8 rows: 5-8 us a call; docs/perf-notes.md, session 48). An
+// experiment until measured.
+#ifndef CUTE_OPS_DECODE_COMPACT
+#define CUTE_OPS_DECODE_COMPACT 0
 #endif
 
 namespace cute_ops::decode {
@@ -93,9 +94,7 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // here on (it waits for this grid's end before it reads anything).
   DECODE_TRACE(0);
   wait_for_previous_grid();
-#if CUTE_OPS_DECODE_EARLY_DEPENDENTS
   allow_dependent_launch();
-#endif
   DECODE_TRACE(1);
 
   // Q rows, zero past the last packed row, issued before the length is read (RoPE, which needs the
@@ -199,7 +198,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     }
     // The sequence's last keys (zero-filled past `cached`), or a page the cache does not have
     // (poisons the sequence; page 0 is read instead).
+    // Compact: a loop where the slab has one 16-key group (a run-time index into src's arrays
+    // would put them in local memory).
+#if CUTE_OPS_DECODE_COMPACT
+#pragma unroll (kGroups == 1 ? 1 : Traits::kWarpKeys / Traits::kSlabRowsPerPass)
+#else
 #pragma unroll
+#endif
     for (int r0 = 0; r0 < Traits::kWarpKeys; r0 += Traits::kSlabRowsPerPass) {
       const int gi = r0 / 16;  // a pass's rows are in one group
       const int r = r0 + slab_row;
@@ -220,7 +225,11 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // Prologue: Q with the first tile, then the rest of the ring. One commit group per stage, empty
   // ones included, so that "wait until at most kStages - 1 groups are pending" always means the
   // current tile has landed.
+#if CUTE_OPS_DECODE_COMPACT
+#pragma unroll 1
+#else
 #pragma unroll
+#endif
   for (int s = 0; s < kStages; ++s) {
     if (tile_begin + s < tile_end) issue_slab(locate_slab(tile_begin + s), s);
     cute::cp_async_fence();
@@ -348,9 +357,6 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // one token under GQA 4). Kept short and parallel: with four warps an SM there is nobody to
   // hide a serial tail behind.
   DECODE_TRACE(3);
-#if !CUTE_OPS_DECODE_EARLY_DEPENDENTS
-  allow_dependent_launch();
-#endif
   cute::cp_async_wait<0>();
   const bool poison_rows = __syncthreads_or(poisoned);
   if (bad_page_key >= 0) report_bad_page(p, bidb, bad_page_key, bad_page);

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""A LLaMA decode step's kernels, ours against the gpt-fast-style compiled baseline, side by side:
-each side's graph-replayed steps profiled, its kernels grouped by kind (a name's first words), the
-device time a step per group. For the batches where the two steps are close (B = 32, 64) and the
-difference has to be found kernel by kernel. Not the benchmark (perf/run.py times both steps).
+"""A LLaMA decode step's kernels (or with --prefill, a prefill's), ours against the gpt-fast-style
+compiled baseline, side by side: each side's steps profiled (the decode steps graph-replayed, as the
+benchmark runs them), its kernels grouped by kind (a name's first words), the device time a step per
+group. For the points where the two are close (decode at B = 32, 64; prefill at 8 x 512) and the
+difference has to be found kernel by kernel. Not the benchmark (perf/run.py times both).
 
     python perf/tools/llama_vs_baseline.py [--batch 64] [--ctx 512]
+    python perf/tools/llama_vs_baseline.py --prefill [--batch 8] [--ctx 512]   # ctx: each prompt's length
 """
 from __future__ import annotations
 
@@ -20,14 +22,14 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from cases_llama import decode_runner  # noqa: E402
+from cases_llama import PAGE_SIZE, decode_runner  # noqa: E402
 from llama_baseline import GptFastLlama  # noqa: E402
-from cute_ops.models.llama import PRESETS, Llama  # noqa: E402
+from cute_ops.models.llama import PRESETS, Llama, PagedKVCache  # noqa: E402
 
 
 def kind(name: str) -> str:
     """A kernel's group: its name without template arguments, launch bounds and numbered suffixes."""
-    name = re.sub(r"<.*", "", name.replace("void ", ""))
+    name = re.sub(r"<.*", "", name.replace("void ", "").replace("(anonymous namespace)::", ""))
     name = re.sub(r"\(.*", "", name)
     name = re.sub(r"_\d+$", "", name)
     for key in ("nvjet", "gemv", "splitKreduce", "gemmk1", "triton_per", "triton_poi", "triton_red"):
@@ -65,16 +67,33 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--prefill", action="store_true", help="a prefill of batch x ctx tokens instead of a decode step")
     args = ap.parse_args()
     model = Llama.random(PRESETS[args.preset])
-    runner = decode_runner(model, args.batch, args.ctx)
-    base = torch.compile(GptFastLlama(model, args.batch, args.ctx + 16), mode="reduce-overhead", fullgraph=True)
-    idx = torch.ones(args.batch, 1, dtype=torch.int64, device="cuda")
-    pos = torch.tensor([args.ctx], device="cuda")
-    sides = {"ours": profile_step(lambda: runner.decode_step(args.batch), args.steps),
-             "gptfast_compile": profile_step(lambda: base(idx, pos), args.steps)}
-    print(f"{torch.cuda.get_device_name()}, {args.preset} bf16, B={args.batch}, ctx {args.ctx}: step "
-          + ", ".join(f"{k} {v[0]:.0f} us" for k, v in sides.items()))
+    b, ctx = args.batch, args.ctx
+    if args.prefill:  # as perf/cases_llama.py's prefill case calls both
+        cfg = model.config
+        cache = PagedKVCache.for_tokens(cfg, b * (ctx + PAGE_SIZE), PAGE_SIZE, max_seq_len=ctx + PAGE_SIZE)
+        for s in range(b):
+            cache.allocator.allocate(s, ctx)
+        tokens = torch.randint(0, cfg.vocab_size, (b, ctx), device="cuda")
+        cu = torch.arange(0, b + 1, dtype=torch.int32, device="cuda") * ctx
+        positions = torch.arange(ctx, device="cuda").repeat(b)
+        slots = cache.slots(list(range(b)), [ctx] * b).cuda()
+        base = torch.compile(GptFastLlama(model, b, ctx), fullgraph=True)
+        pos = torch.arange(ctx, device="cuda")
+        ours = lambda: model.prefill(tokens.flatten(), cu, ctx, positions, slots, cache, cu[1:] - 1)  # noqa: E731
+        theirs = lambda: base(tokens, pos)  # noqa: E731
+    else:
+        runner = decode_runner(model, b, ctx)
+        base = torch.compile(GptFastLlama(model, b, ctx + 16), mode="reduce-overhead", fullgraph=True)
+        idx = torch.ones(b, 1, dtype=torch.int64, device="cuda")
+        pos = torch.tensor([ctx], device="cuda")
+        ours = lambda: runner.decode_step(b)  # noqa: E731
+        theirs = lambda: base(idx, pos)  # noqa: E731
+    sides = {"ours": profile_step(ours, args.steps), "gptfast_compile": profile_step(theirs, args.steps)}
+    print(f"{torch.cuda.get_device_name()}, {args.preset} bf16, {'prefill' if args.prefill else 'decode'} B={b}, "
+          f"ctx {ctx}: " + ", ".join(f"{k} {v[0]:.0f} us" for k, v in sides.items()))
     for name, (step_us, us, count) in sides.items():
         print(f"\n{name}: {step_us:.0f} us a step, kernels busy {sum(us.values()):.0f}\n| kernel kind | a step | us |\n|---|---|---|")
         for k, v in sorted(us.items(), key=lambda kv: -kv[1]):
