@@ -41,7 +41,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None
             starts anyway, so that they stream while that kernel runs. The result is the same; the
             time is not: the previous kernel's memory accesses queue behind the prefetch, so
             behind a latency-bound kernel (a decode step's attention) or one that streams memory
-            itself it measured slower (docs/perf-notes.md, session 47). An experiment's hint.
+            itself it measured slower: on the LLaMA decode step's o, down and qkv projections alike
+            (docs/perf-notes.md, sessions 47-48). An experiment's hint.
 
     Returns:
         A new ``[m, cols]`` tensor of x's dtype. Products accumulate in float32, in an order that
