@@ -1,6 +1,7 @@
 """gemm_pair: two dependent GEMMs, ``act(a @ b0.T) @ b1.T``, in one launch, and the LLaMA MLP built
 on it (`fused_mlp`, with the one-time weight packing `pack_gate_up`; at decode sizes fused_mlp
-runs two gemv launches instead, which stream the weights faster there). Kernels in csrc/gemm_pair/;
+runs two gemv launches instead, which stream the weights faster there), and `swiglu`, the MLP's
+activation alone over a gate/up product in pack_gate_up's order. Kernels in csrc/gemm_pair/;
 the tile order and its deadlock-freedom argument in gemm_pair_schedule.py and docs/gemm_pair.md."""
 from __future__ import annotations
 
