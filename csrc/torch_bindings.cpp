@@ -74,10 +74,9 @@ TORCH_LIBRARY(cute_ops, m) {
   // ---- gemv (csrc/gemv) -------------------------------------------------------------------
   // out = act(x' @ weight^T) (+ residual) for x [m <= 8, k], weight [n, k]: x' = rms_norm(x,
   // norm_weight, eps) when norm_weight is given, else x; activation "none" or "swiglu" (weight
-  // packed by pack_gate_up, out [m, n / 2]); residual [m, out cols] added after rounding;
-  // l2_prefetch_kb: KB of its share of the weight each CTA asks L2 for before the previous kernel ends.
+  // packed by pack_gate_up, out [m, n / 2]); residual [m, out cols] added after rounding.
   m.def("gemv(Tensor x, Tensor weight, Tensor? norm_weight=None, float eps=1e-06, Tensor? residual=None, "
-        "str activation=\"none\", int l2_prefetch_kb=0) -> Tensor");
+        "str activation=\"none\") -> Tensor");
   // Tensor parallelism (gemv/gemv_exchange.h): the all-reduce between a row-parallel projection
   // and the next one, folded into both. gemv_push: out = x @ weight^T (+ residual) stored into slot
   // `slot` of every rank's exchange buffer (buffers: their addresses in this process, this rank's

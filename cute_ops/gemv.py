@@ -13,7 +13,7 @@ MAX_ROWS = 8
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
-         residual: torch.Tensor | None = None, activation: str = "none", l2_prefetch_kb: int = 0) -> torch.Tensor:
+         residual: torch.Tensor | None = None, activation: str = "none") -> torch.Tensor:
     """``F.linear`` for a decode batch, with the neighbouring steps of a LLaMA layer folded in.
 
     ``out = act(x' @ weight.T)``, then ``out + residual`` when a residual is given, where ``x'`` is
@@ -36,20 +36,13 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None
         residual: ``[m, cols]``: added to the product after it is rounded to x's dtype, and the sum
             rounded again, as ``F.linear(...) + residual`` would.
         activation: ``"none"`` or ``"swiglu"`` (``silu(gate) * up``, float32, rounded once).
-        l2_prefetch_kb: 0 to 1024. On Hopper, before it waits for the previous kernel of the stream,
-            each CTA asks L2 for this many KB of its share of the weight beyond the copies it
-            starts anyway, so that they stream while that kernel runs. The result is the same; the
-            time is not: the previous kernel's memory accesses queue behind the prefetch, so
-            behind a latency-bound kernel (a decode step's attention) or one that streams memory
-            itself it measured slower: on the LLaMA decode step's o, down and qkv projections alike
-            (docs/perf-notes.md, sessions 47-48). An experiment's hint.
 
     Returns:
         A new ``[m, cols]`` tensor of x's dtype. Products accumulate in float32, in an order that
         does not depend on ``m``: each row of the result is what the call with that row alone gives.
     """
     require_kernels_for("gemv", x)
-    return torch.ops.cute_ops.gemv(x, weight, norm_weight, eps, residual, activation, l2_prefetch_kb)
+    return torch.ops.cute_ops.gemv(x, weight, norm_weight, eps, residual, activation)
 
 
 class GemvExchange:

@@ -188,12 +188,10 @@ def llama_mlp(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down:
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
-         residual: torch.Tensor | None = None, activation: str = "none", upcast: bool = True,
-         l2_prefetch_kb: int = 0) -> torch.Tensor:
+         residual: torch.Tensor | None = None, activation: str = "none", upcast: bool = True) -> torch.Tensor:
     """`cute_ops.gemv` as a model writes it: ``rms_norm`` (when norm_weight is given), ``F.linear``,
     SwiGLU over the packed gate/up weight, ``+ residual``; each step in x's dtype (float64 inputs:
-    the exact reference). ``upcast`` is the norm's; ``l2_prefetch_kb`` (gemv's hint, which changes no
-    result) is taken and ignored, so that this stands in for `cute_ops.gemv`."""
+    the exact reference). ``upcast`` is the norm's."""
     from .gemm_pair import unpack_gate_up
 
     h = rms_norm(x, norm_weight, eps, upcast) if norm_weight is not None else x

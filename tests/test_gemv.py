@@ -97,11 +97,6 @@ BAD_INPUTS = [
      ValueError),
     (lambda: (_t((4, 64)), _t((32, 64)), {"activation": "swiglu", "residual": _t((4, 32))}),
      r"residual must have shape \(4, 16\)", ValueError),
-    (lambda: (_t((4, 64)), _t((32, 64)), {"l2_prefetch_kb": -1}), r"l2_prefetch_kb must be in \[0, 1024\]",
-     ValueError),
-    (lambda: (_t((4, 64)), _t((32, 64)), {"l2_prefetch_kb": 1025}), r"l2_prefetch_kb must be in \[0, 1024\]",
-     ValueError),
-    (lambda: (_t((4, 64)), _t((32, 64)), {"l2_prefetch_kb": 1024}), None, None),
 ]
 
 
@@ -181,25 +176,6 @@ def test_stream_k_runs_where_planned():
         if not names:
             pytest.skip("the profiler recorded no kernels here (CUPTI taken by another tool?)")
         assert len(names) == 1 and ("gemv_stream_k_kernel" in names[0]) == streamed, (k, n, names)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["plain", "norm_swiglu", "norm_residual"])
-@pytest.mark.parametrize("k, n", [(8, 17), (1000, 4097), (4096, 6144), STREAM_K_SHAPE, (1024, 16896)])
-def test_l2_prefetch_changes_no_bit(variant, k, n):
-    """l2_prefetch_kb only asks L2 for weight bytes early: the prefetch kernels' outputs are the
-    plain and stream-K kernels' bits, from a prefetch of less than a pair (1 KB) to more than a CTA's
-    share (1024 KB), and those kernels are the ones that ran."""
-    x, weight, kw = _inputs(5, k, n, torch.bfloat16, variant)
-    plain = cute_ops.gemv(x, weight, **kw)
-    for kb in (1, 64, 1024):
-        poison_allocator(plain.numel() * plain.element_size())
-        assert torch.equal(cute_ops.gemv(x, weight, l2_prefetch_kb=kb, **kw), plain), kb
-    names = gpu_kernel_names(lambda: cute_ops.gemv(x, weight, l2_prefetch_kb=64, **kw))
-    if not names:
-        pytest.skip("the profiler recorded no kernels here (CUPTI taken by another tool?)")
-    assert len(names) == 1, names
-    assert "gemv_prefetch_kernel" in names[0] or ("gemv_stream_k_kernel" in names[0] and ", true>" in names[0]), names
 
 
 @pytest.mark.gpu

@@ -307,21 +307,6 @@ def test_graph_decode_equals_eager_decode():
     assert graphs == eager and all(len(o) == 20 for o in graphs)
 
 
-@pytest.mark.gpu
-def test_l2_prefetch_changes_no_token():
-    """Llama.l2_prefetch_kb asks gemv for L2 prefetches only: a graph decode with one on every
-    projection generates the same tokens; an unknown projection name is refused."""
-    model = _random_model()
-    prompts = [torch.randint(0, 1000, (n,)).tolist() for n in (9, 40, 3)]
-    cache = PagedKVCache.for_tokens(model.config, 3 * 100, page_size=16, max_seq_len=100)
-    plain = Generator(model, cache, max_batch=4).generate(prompts, 12, stop_tokens=())
-    model.l2_prefetch_kb = {name: 64 for name in Llama.L2_PREFETCH_PROJECTIONS}
-    assert Generator(model, cache, max_batch=4).generate(prompts, 12, stop_tokens=()) == plain
-    model.l2_prefetch_kb = {"gateup": 64}
-    with pytest.raises(ValueError, match="keys must be among"):
-        Generator(model, cache, max_batch=4).generate(prompts, 2, stop_tokens=())
-
-
 def _fp8_model():
     return Llama.random(_tiny(num_heads=4, num_kv_heads=2, head_dim=128), dtype=torch.bfloat16, seed=0)
 

@@ -30,13 +30,11 @@ int64_t ctas_that_fit(Kernel* kernel, int device, PerDeviceInt& cache) {
   });
 }
 
-// kPrefetch: a plain call with an L2 prefetch (gemv_prefetch_kernel), prefetch_steps pairs a CTA.
 template <typename T, bool kNorm, bool kResidual, bool kSwiGLU,
-          GemvExchangeMode kExchange = GemvExchangeMode::kNone, bool kPrefetch = false>
-void launch(const GemvParams& p, const GemvExchangeParams& e, cudaStream_t stream, int64_t prefetch_steps = 0) {
+          GemvExchangeMode kExchange = GemvExchangeMode::kNone>
+void launch(const GemvParams& p, const GemvExchangeParams& e, cudaStream_t stream) {
   auto* kernel = [] {
-    if constexpr (kPrefetch) return &gemv::gemv_prefetch_kernel<T, kNorm, kResidual, kSwiGLU>;
-    else if constexpr (kExchange == GemvExchangeMode::kNone) return &gemv::gemv_kernel<T, kNorm, kResidual, kSwiGLU>;
+    if constexpr (kExchange == GemvExchangeMode::kNone) return &gemv::gemv_kernel<T, kNorm, kResidual, kSwiGLU>;
     else return &gemv::gemv_exchange_kernel<T, kNorm, kResidual, kSwiGLU, kExchange>;
   }();
   int device = 0;
@@ -55,10 +53,7 @@ void launch(const GemvParams& p, const GemvExchangeParams& e, cudaStream_t strea
     throw std::runtime_error("cute_ops gemv: a push would run " + std::to_string(ctas) + " CTAs, more than the " +
                              std::to_string(kGemvMaxPushCtas) + " flags a slot has (gemv_exchange.h)");
   }
-  if constexpr (kPrefetch) {
-    launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads), gemv::kSmemBytes,
-                     stream, p, prefetch_steps);
-  } else if constexpr (kExchange == GemvExchangeMode::kNone) {
+  if constexpr (kExchange == GemvExchangeMode::kNone) {
     launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads), gemv::kSmemBytes, stream, p);
   } else {
     launch_dependent(info.major >= 9, kernel, dim3(static_cast<unsigned>(ctas)), dim3(gemv::kThreads), gemv::kSmemBytes, stream, p, e);
@@ -76,9 +71,9 @@ int64_t gemv_slots(int device) {
 }
 
 #if CUTE_OPS_GEMV_STREAM_K
-template <typename T, bool kNorm, bool kResidual, bool kSwiGLU, bool kPrefetch = false>
+template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
 void launch_stream_k(const GemvParams& p, const GemvStreamKParams& sk, cudaStream_t stream) {
-  auto* kernel = &gemv::gemv_stream_k_kernel<T, kNorm, kResidual, kSwiGLU, kPrefetch>;
+  auto* kernel = &gemv::gemv_stream_k_kernel<T, kNorm, kResidual, kSwiGLU>;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   static DynamicSmemOptIn smem_opt_in;
@@ -112,12 +107,8 @@ int64_t gemv_stream_k_ctas(const GemvParams& p, int device) {
   return plain_steps - share_steps >= gemv::kWarps ? ctas : 0;
 }
 
-void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams& e, const GemvStreamKParams& sk,
-              int64_t l2_prefetch_steps) {
+void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams& e, const GemvStreamKParams& sk) {
   if (p.m == 0 || p.out_cols == 0) return;
-  if (l2_prefetch_steps < 0 || (l2_prefetch_steps > 0 && e.mode != GemvExchangeMode::kNone)) {
-    throw std::invalid_argument("gemv: an L2 prefetch is a plain call's, of at least 0 steps");
-  }
   const bool norm = p.norm_weight != nullptr, residual = p.residual != nullptr;
   const bool swiglu = p.activation == GemvActivation::kSwiGLU;
   auto by_flags = [&](auto tag) {
@@ -149,21 +140,11 @@ void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams
         CUTE_OPS_BOOL_SWITCH(swiglu, kSwiGLU, [&] {
 #if CUTE_OPS_GEMV_STREAM_K
           if (sk.ctas > 0) {
-            if (l2_prefetch_steps > 0) {
-              GemvStreamKParams with_prefetch = sk;
-              with_prefetch.l2_prefetch_steps = l2_prefetch_steps;
-              launch_stream_k<T, kNorm, kResidual, kSwiGLU, true>(p, with_prefetch, stream);
-            } else {
-              launch_stream_k<T, kNorm, kResidual, kSwiGLU>(p, sk, stream);
-            }
+            launch_stream_k<T, kNorm, kResidual, kSwiGLU>(p, sk, stream);
             return;
           }
 #endif
-          if (l2_prefetch_steps > 0) {
-            launch<T, kNorm, kResidual, kSwiGLU, GemvExchangeMode::kNone, true>(p, e, stream, l2_prefetch_steps);
-          } else {
-            launch<T, kNorm, kResidual, kSwiGLU>(p, e, stream);
-          }
+          launch<T, kNorm, kResidual, kSwiGLU>(p, e, stream);
         });
       });
     });

@@ -37,7 +37,6 @@ struct GemvParams {
 struct GemvStreamKParams {
   int64_t ctas = 0;           // 0: the plain kernel; else stream-K on at most this many CTAs
   uint64_t* parts = nullptr;  // [ctas][kGemvPartWords]: zero at the launch and left zero
-  int64_t l2_prefetch_steps = 0;  // run_gemv's, for the stream-K kernel (set by run_gemv)
 };
 constexpr int64_t kGemvPartWords = 32 * 4 + 8;  // a CTA's piece: 4 sums a lane, 8 rows' sums of x^2
 
@@ -45,16 +44,10 @@ constexpr int64_t kGemvPartWords = 32 * 4 + 8;  // a CTA's piece: 4 sums a lane,
 // calls of a stream-K build only, where it saves at least a step for every warp of the busiest CTA.
 int64_t gemv_stream_k_ctas(const GemvParams& params, int device);
 
-// The (unit, step) pairs of W (16 rows x 128 columns) a CTA asks L2 for, for l2_prefetch_kb KB a CTA.
-constexpr int64_t kGemvPrefetchStepBytes = 16 * 128 * 2;
-
 // exchange.mode kNone: the plain gemv. Tensor parallelism (gemv_exchange.h): kPush sends the
 // output rows to every rank's exchange buffer instead of `out`; kPull reads x as the sum of the
 // ranks' pushed rows instead of `x`. stream_k.ctas > 0 (a plain call): the stream-K kernel.
-// l2_prefetch_steps > 0 (a plain call): before it waits on the previous kernel, each CTA asks L2 for
-// that many more (unit, step) pairs of its share of the weight than its ring's first copies
-// (gemv_kernel.cuh, the L2 prefetch; sm_90).
 void run_gemv(const GemvParams& params, cudaStream_t stream, const GemvExchangeParams& exchange = {},
-              const GemvStreamKParams& stream_k = {}, int64_t l2_prefetch_steps = 0);
+              const GemvStreamKParams& stream_k = {});
 
 }  // namespace cute_ops

@@ -78,12 +78,6 @@ c10::SymInt check_gemv(const at::Tensor& x, const at::Tensor& weight, const std:
   return cols;
 }
 
-void check_gemv_l2_prefetch(int64_t l2_prefetch_kb, const char* op) {
-  TORCH_CHECK_VALUE(l2_prefetch_kb >= 0 && l2_prefetch_kb <= kGemvMaxL2PrefetchKb, op, ": l2_prefetch_kb must be in "
-                    "[0, ", kGemvMaxL2PrefetchKb, "] (KB of its share of the weight a CTA asks L2 for), got ",
-                    l2_prefetch_kb);
-}
-
 void check_gemv_exchange(const char* op, const at::Tensor& exchange, const at::Tensor& like, int64_t world,
                          int64_t rank, int64_t slots, int64_t slot, const c10::SymInt& hidden) {
   TORCH_CHECK_VALUE(world >= 1 && world <= kGemvMaxRanks, op, ": an exchange joins 1 to ", kGemvMaxRanks,
@@ -188,10 +182,8 @@ at::Tensor gemv_exchange_open_meta(const at::Tensor& buffer, const at::Tensor& h
 }
 
 at::Tensor gemv_meta(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& norm_weight,
-                     double eps, const std::optional<at::Tensor>& residual, std::string activation,
-                     int64_t l2_prefetch_kb) {
+                     double eps, const std::optional<at::Tensor>& residual, std::string activation) {
   const c10::SymInt cols = check_gemv(x, weight, norm_weight, eps, residual, activation);
-  check_gemv_l2_prefetch(l2_prefetch_kb);
   return at::empty_symint({x.sym_size(0), cols}, x.options());
 }
 

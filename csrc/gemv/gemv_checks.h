@@ -17,9 +17,6 @@ c10::SymInt check_gemv(const at::Tensor& x, const at::Tensor& weight, const std:
                        double eps, const std::optional<at::Tensor>& residual, const std::string& activation,
                        const char* op = "gemv");
 
-// gemv's l2_prefetch_kb: 0 (none) to kGemvMaxL2PrefetchKb.
-void check_gemv_l2_prefetch(int64_t l2_prefetch_kb, const char* op = "gemv");
-
 // gemv_pull and gemv_push (tensor parallelism, gemv_exchange.h): the exchange buffer against its
 // sizes, and the operands as gemv's. gemv_pull's returns its output's column count.
 c10::SymInt check_gemv_pull(const at::Tensor& exchange, int64_t world, int64_t rank, int64_t slots, int64_t slot,

@@ -54,7 +54,6 @@
 #if CUTE_OPS_GEMV_ASYNC_REDUCE
 #include <cutlass/arch/barrier.h>
 #endif
-#include <cute/arch/copy_sm90_tma.hpp>
 
 #include <cstdint>
 
@@ -162,35 +161,6 @@ __device__ __forceinline__ UnitRows unit_rows(const GemvParams& p, int64_t unit,
 }
 
 __device__ __forceinline__ int chunk_col(int step, int i, int c) { return step * kStepK + 32 * i + 8 * c; }
-
-// The L2 prefetch of a call (GemvParams' caller asks for it: gemv's l2_prefetch_kb). Before its
-// wait on the previous kernel, a CTA asks L2 for the next `steps` (unit, step) pairs of its own share
-// of W (16 rows x kStepK columns each) beyond those the ring's first copies fetch (the first
-// kStages - 1 steps of every warp), one bulk prefetch a row segment (CuTe's SM90_BULK_COPY_G2S), so
-// that they stream while the previous kernel runs and the mainloop's copies find them in L2. sm_90
-// only (elsewhere nothing is prefetched). Measured (docs/perf-notes.md, session 47): the previous
-// kernel's own accesses queue behind the prefetch, so behind the decode step's attention it lost
-// 5-10 us a layer of attention for 1.5 us of o gemv.
-static_assert(kGemvPrefetchStepBytes == int64_t{kUnitRows} * kStepK * 2, "gemv.h's prefetch pair size");
-// (Exact where every warp has kStages - 1 steps in the first unit, k >= 2048; for a shorter k some
-// pairs are asked for twice or not at all: a matter of time only.)
-constexpr int64_t kRingSteps = (kStages - 1) * kWarps;
-
-// Lane l < 16 of the calling warp asks L2 for row l of `unit` (its lo row for l < 8, hi row above;
-// SwiGLU: gate, then up), columns of steps [s0, s1).
-template <typename T, bool kSwiGLU>
-__device__ __forceinline__ void prefetch_unit_l2(const GemvParams& p, int64_t unit, int s0, int s1, int lane) {
-#if defined(CUTE_ARCH_TMA_SM90_ENABLED)
-  if (lane >= kUnitRows) return;
-  const UnitRows rows = unit_rows<kSwiGLU>(p, unit, lane % 8);
-  const bool hi = lane >= 8;
-  const bool valid = (kSwiGLU || !hi) ? rows.col_lo >= 0 : rows.col_hi >= 0;
-  const int col0 = s0 * kStepK, col1 = min(p.k, s1 * kStepK);
-  if (!valid || col0 >= col1) return;
-  const T* row = static_cast<const T*>(p.weight) + (hi ? rows.hi : rows.lo) * p.k;
-  cute::SM90_BULK_COPY_G2S::PREFETCH::copy(row + col0, (col1 - col0) * static_cast<int32_t>(sizeof(T)));
-#endif
-}
 
 // Slot j of this thread in ring stage `stage`: [stage][slot][thread], so that a warp's accesses to
 // one slot are 512 contiguous bytes (no bank conflicts).
@@ -508,26 +478,6 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
 
 template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_kernel(const GemvParams p) {
-  gemv_body<T, kNorm, kResidual, kSwiGLU, GemvExchangeMode::kNone>(p, GemvExchangeParams{});
-}
-
-// A plain call with an L2 prefetch: its own kernel, so that the plain kernel's code stays as it
-// was. The CTA's pairs [kRingSteps, kRingSteps + prefetch_steps) in gemv_body's order (units
-// blockIdx.x + j * gridDim.x, each unit's steps in turn), a unit a warp, asked for just before the
-// ring's first copies.
-template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_prefetch_kernel(const GemvParams p,
-                                                                                const int64_t prefetch_steps) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n_steps = (p.k + kStepK - 1) / kStepK;
-  const int64_t n_units = num_units(p);
-  const int64_t cta_units = (n_units - blockIdx.x + gridDim.x - 1) / gridDim.x;
-  const int64_t limit = min(cta_units * n_steps, kRingSteps + prefetch_steps);
-  for (int64_t j = warp; j < cta_units && j * n_steps < limit; j += kWarps) {
-    const int s0 = static_cast<int>(max(int64_t{0}, kRingSteps - j * n_steps));
-    const int s1 = static_cast<int>(min(int64_t{n_steps}, limit - j * n_steps));
-    prefetch_unit_l2<T, kSwiGLU>(p, blockIdx.x + j * gridDim.x, s0, s1, lane);
-  }
   gemv_body<T, kNorm, kResidual, kSwiGLU, GemvExchangeMode::kNone>(p, GemvExchangeParams{});
 }
 

@@ -40,9 +40,8 @@ void set_inputs(GemvParams& p, const at::Tensor& x, const std::optional<at::Tens
 }
 
 at::Tensor gemv(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& norm_weight,
-                double eps, const std::optional<at::Tensor>& residual, std::string activation, int64_t l2_prefetch_kb) {
+                double eps, const std::optional<at::Tensor>& residual, std::string activation) {
   const int64_t cols = check_gemv(x, weight, norm_weight, eps, residual, activation).expect_int();
-  check_gemv_l2_prefetch(l2_prefetch_kb);
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out = at::empty({x.size(0), cols}, x.options());
   GemvParams p = weight_params(weight, norm_weight ? &*norm_weight : nullptr, eps, activation, x.size(0), cols, "gemv");
@@ -55,8 +54,7 @@ at::Tensor gemv(const at::Tensor& x, const at::Tensor& weight, const std::option
     int* words = arrival_counters(x.device().index(), stream, static_cast<size_t>(2 * stream_k.ctas * kGemvPartWords));
     stream_k.parts = reinterpret_cast<uint64_t*>(words);
   }
-  const int64_t prefetch_steps = (l2_prefetch_kb * 1024 + kGemvPrefetchStepBytes - 1) / kGemvPrefetchStepBytes;
-  run_gemv(p, stream, {}, stream_k, prefetch_steps);
+  run_gemv(p, stream, {}, stream_k);
   return out;
 }
 

@@ -62,8 +62,7 @@ __device__ __forceinline__ float2 wait_words(const uint64_t* p) {
   }
 }
 
-// kPrefetch: the call's L2 prefetch (gemv_kernel.cuh), sk.l2_prefetch_steps pairs a CTA.
-template <typename T, bool kNorm, bool kResidual, bool kSwiGLU, bool kPrefetch = false>
+template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(const GemvParams p,
                                                                                 const GemvStreamKParams sk) {
   using Mma = typename MmaAtom<T>::type;
@@ -102,16 +101,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
   };
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) copy_next();
-  if constexpr (kPrefetch) {  // pairs [begin + kRingSteps, limit) of this CTA's range, a unit a warp
-    const int64_t start = min(end, begin + kRingSteps), limit = min(end, start + sk.l2_prefetch_steps);
-    if (start < limit) {
-      for (int64_t unit = start / n_steps + warp; unit <= (limit - 1) / n_steps; unit += kWarps) {
-        const int s0 = static_cast<int>(max(int64_t{0}, start - unit * n_steps));
-        const int s1 = static_cast<int>(min(int64_t{n_steps}, limit - unit * n_steps));
-        prefetch_unit_l2<T, kSwiGLU>(p, unit, s0, s1, lane);
-      }
-    }
-  }
 
   wait_for_previous_grid();  // x and residual come from the previous kernel
   allow_dependent_launch();

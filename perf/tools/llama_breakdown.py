@@ -52,7 +52,7 @@ GEMV_GROUPS = {("true", "false", "false"): "gemv: qkv, lm_head (norm folded in)"
 
 
 def group_of(name: str) -> str:
-    flags = re.search(r"gemv_(?:stream_k_|exchange_|prefetch_)?kernel<[^,]+, (\w+), (\w+), (\w+)[,>]", name)
+    flags = re.search(r"gemv_(?:stream_k_|exchange_)?kernel<[^,]+, (\w+), (\w+), (\w+)[,>]", name)
     if flags:
         return GEMV_GROUPS.get(flags.groups(), "gemv: other")
     return next((g for key, g in GROUPS if key in name), "other: " + name[:60])
@@ -71,9 +71,6 @@ def main() -> None:
                     help="under torchrun, the rank whose kernels are printed (every rank profiles its own)")
     ap.add_argument("--all-reduce", default="auto", choices=ALL_REDUCE_KINDS,
                     help="TensorParallel's all_reduce_kind under torchrun (pushed: PeerAllReduce.gemv)")
-    ap.add_argument("--l2-prefetch", default="", metavar="PROJ=KB,...",
-                    help="Llama.l2_prefetch_kb, e.g. o=128,qkv=64 (projections: "
-                         + ", ".join(Llama.L2_PREFETCH_PROJECTIONS) + ")")
     ap.add_argument("--graph", action="store_true",
                     help="profile the step's CUDA-graph replays instead of eager steps (eager steps of a "
                          "tensor-parallel model are bound by the host's launches, which spreads the kernels out)")
@@ -85,11 +82,6 @@ def main() -> None:
     tp = TensorParallel.from_torchrun(world) if world > 1 else TensorParallel()
     tp = dataclasses.replace(tp, all_reduce_kind=args.all_reduce)
     model = Llama.random(cfg, tp=tp)
-    try:
-        model.l2_prefetch_kb = {name: int(kb) for name, kb in
-                                (item.split("=") for item in args.l2_prefetch.split(",") if item)}
-    except ValueError:
-        ap.error(f"--l2-prefetch: expected PROJ=KB,..., got {args.l2_prefetch!r}")
     runner = decode_runner(model, args.batch, args.ctx)  # sequences at position ctx over a random cache
     cache = runner.cache
     b = args.batch

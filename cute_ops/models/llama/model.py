@@ -20,9 +20,6 @@ logits are gathered. One rank is the same code with the collectives left out.
 """
 from __future__ import annotations
 
-import types
-from collections.abc import Mapping
-
 import torch
 import torch.nn.functional as F
 
@@ -73,11 +70,6 @@ class Llama(torch.nn.Module):
     # False (the default: faster as measured, docs/perf-notes.md) calls NCCL's all-reduce between
     # plain gemvs.
     fold_all_reduce = False
-    # A gemv decode step's L2 prefetches (gemv's l2_prefetch_kb) by projection: "qkv", "o",
-    # "gate_up", "down", "lm_head" -> KB a CTA. Empty by default: o's, behind the attention, made
-    # the step slower (docs/perf-notes.md, session 47). The pushed all-reduce's o and down take none.
-    l2_prefetch_kb: Mapping[str, int] = types.MappingProxyType({})  # assign a dict to set one
-    L2_PREFETCH_PROJECTIONS = ("qkv", "o", "gate_up", "down", "lm_head")
 
     def __init__(self, config: LlamaConfig, dtype: torch.dtype = torch.bfloat16, device="cuda",
                  tp: TensorParallel | None = None):
@@ -192,26 +184,21 @@ class Llama(torch.nn.Module):
         first = tp.rank == 0
         if tp.world_size > 1 and self.fold_all_reduce and x.is_cuda:
             return self._gemv_layers_exchanged(x, attention)
-        pf = self.l2_prefetch_kb
-        if not set(pf) <= set(self.L2_PREFETCH_PROJECTIONS):
-            raise ValueError(f"Llama.l2_prefetch_kb: keys must be among {self.L2_PREFETCH_PROJECTIONS}, got {sorted(pf)}")
         for i, layer in enumerate(self.layers):
-            qkv = gemv(residual, layer.wqkv, layer.attn_norm, eps, l2_prefetch_kb=pf.get("qkv", 0))
+            qkv = gemv(residual, layer.wqkv, layer.attn_norm, eps)
             q, k, v = self._split_qkv(qkv, qkv.shape[:-1])
             residual = self._row_parallel_gemv(attention(i, q, k, v).flatten(-2), layer.wo,
-                                               residual if first else None, pf.get("o", 0))
-            act = gemv(residual, layer.w_gate_up, layer.mlp_norm, eps, activation="swiglu",
-                       l2_prefetch_kb=pf.get("gate_up", 0))
-            residual = self._row_parallel_gemv(act, layer.w_down, residual if first else None, pf.get("down", 0))
-        return gemv(residual, self.output_weight, self.norm, eps, l2_prefetch_kb=pf.get("lm_head", 0))
+                                               residual if first else None)
+            act = gemv(residual, layer.w_gate_up, layer.mlp_norm, eps, activation="swiglu")
+            residual = self._row_parallel_gemv(act, layer.w_down, residual if first else None)
+        return gemv(residual, self.output_weight, self.norm, eps)
 
-    def _row_parallel_gemv(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
-                           l2_prefetch_kb: int = 0) -> torch.Tensor:
+    def _row_parallel_gemv(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
         """A gemv decode step's o or down projection and its all-reduce: the two calls, or one
         pushed gemv where the TensorParallel kind is "pushed" (TensorParallel.pushes)."""
         if self.tp.pushes(x, weight):
             return self.tp.pushed_gemv(x, weight, residual)
-        return self.tp.all_reduce(gemv(x, weight, residual=residual, l2_prefetch_kb=l2_prefetch_kb))
+        return self.tp.all_reduce(gemv(x, weight, residual=residual))
 
     def _gemv_layers_exchanged(self, x: torch.Tensor, attention) -> torch.Tensor:
         """_gemv_layers over several ranks with each all-reduce folded into the gemvs around it: o
