@@ -124,27 +124,38 @@ def _decode_case(batch: int, ctx: int) -> Case:
                 impls=impls, eager=impls, read_dominated=True, floor_metric=True, calls=STEP_CALLS)
 
 
+def prefill_runner(model: Llama, batch: int, seqlen: int, seed: int | None = None) -> tuple:
+    """(ours, tokens, positions): ours() is the model's prefill of `batch` prompts of `seqlen`
+    random tokens into a fresh paged cache (the model's kv heads: its rank's, under tensor
+    parallelism), packed, with the logits of each prompt's last token; tokens [batch, seqlen] and
+    positions [seqlen] are what the baselines take for the same prompts. `seed`: the same prompts on
+    every rank."""
+    cfg = model.config
+    cache = PagedKVCache.for_tokens(cfg, batch * (seqlen + PAGE_SIZE), PAGE_SIZE, max_seq_len=seqlen + PAGE_SIZE,
+                                    tp=model.tp)
+    for s in range(batch):
+        cache.allocator.allocate(s, seqlen)
+    gen = None if seed is None else torch.Generator(device="cuda").manual_seed(seed)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, seqlen), device="cuda", generator=gen)
+    cu = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seqlen
+    positions = torch.arange(seqlen, device="cuda").repeat(batch)
+    slots = cache.slots(list(range(batch)), [seqlen] * batch).cuda()
+    last = cu[1:] - 1
+    return (lambda: model.prefill(tokens.flatten(), cu, seqlen, positions, slots, cache, last), tokens,
+            torch.arange(seqlen, device="cuda"))
+
+
 def _prefill_case(batch: int, seqlen: int) -> Case:
     cfg = PRESETS[MODEL]
 
     def setup():
         _fresh_compiler()
         model = _model()
-        cache = PagedKVCache.for_tokens(cfg, batch * (seqlen + PAGE_SIZE), PAGE_SIZE,
-                                        max_seq_len=seqlen + PAGE_SIZE)
-        for s in range(batch):
-            cache.allocator.allocate(s, seqlen)
-        tokens = torch.randint(0, cfg.vocab_size, (batch, seqlen), device="cuda")
-        cu = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seqlen
-        positions = torch.arange(seqlen, device="cuda").repeat(batch)
-        slots = cache.slots(list(range(batch)), [seqlen] * batch).cuda()
-        last = cu[1:] - 1
+        ours, tokens, pos = prefill_runner(model, batch, seqlen)
         base = GptFastLlama(model, batch, seqlen)
         prefill = torch.compile(base, fullgraph=True)
-        pos = torch.arange(seqlen, device="cuda")
         hf = hf_eager_llama(model, base)
-        return {"ours": lambda: model.prefill(tokens.flatten(), cu, seqlen, positions, slots, cache, last),
-                "gptfast_compile": lambda: prefill(tokens, pos),
+        return {"ours": ours, "gptfast_compile": lambda: prefill(tokens, pos),
                 "hf_eager": torch.no_grad()(lambda: hf(input_ids=tokens, use_cache=False).logits)}
 
     flops = 2 * batch * seqlen * (sum(p.numel() for p in Llama(cfg, device="meta").layers.parameters()))

@@ -42,9 +42,9 @@ from harness import Case, ceilings  # noqa: E402
 from report import gpu_slug  # noqa: E402
 from run import RESULTS, commit, new_doc, row, table  # noqa: E402
 
-from cases_llama import PAGE_SIZE, decode_runner  # noqa: E402
+from cases_llama import decode_runner, prefill_runner  # noqa: E402
 from cute_ops.gemv import MAX_ROWS as GEMV_MAX_ROWS  # noqa: E402
-from cute_ops.models.llama import PRESETS, Llama, PagedKVCache  # noqa: E402
+from cute_ops.models.llama import PRESETS, Llama  # noqa: E402
 from cute_ops.models.llama.__main__ import all_reduce_us  # noqa: E402
 from cute_ops.models.llama.parallel import TensorParallel  # noqa: E402
 
@@ -95,17 +95,8 @@ def decode_us(model: Llama, batch: int) -> float:
 def prefill_us(model: Llama, batch: int, seqlen: int) -> float:
     """A prefill of `batch` prompts of `seqlen` tokens (the logits of each one's last token)."""
     torch.cuda.empty_cache()
-    cfg, tp = model.config, model.tp
-    cache = PagedKVCache.for_tokens(cfg, batch * (seqlen + PAGE_SIZE), PAGE_SIZE, max_seq_len=seqlen + PAGE_SIZE,
-                                    tp=tp)
-    for s in range(batch):
-        cache.allocator.allocate(s, seqlen)
-    gen = torch.Generator(device="cuda").manual_seed(0)  # the same prompts on every rank
-    tokens = torch.randint(0, cfg.vocab_size, (batch * seqlen,), device="cuda", generator=gen)
-    cu = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seqlen
-    positions = torch.arange(seqlen, device="cuda").repeat(batch)
-    slots = cache.slots(list(range(batch)), [seqlen] * batch).cuda()
-    return _median_us(lambda: model.prefill(tokens, cu, seqlen, positions, slots, cache, cu[1:] - 1), ROUNDS // 2, 1)
+    ours, _, _ = prefill_runner(model, batch, seqlen, seed=0)  # the same prompts on every rank
+    return _median_us(ours, ROUNDS // 2, 1)
 
 
 class _NoAllReduce(TensorParallel):

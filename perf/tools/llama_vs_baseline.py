@@ -22,9 +22,9 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from cases_llama import PAGE_SIZE, decode_runner  # noqa: E402
+from cases_llama import decode_runner, prefill_runner  # noqa: E402
 from llama_baseline import GptFastLlama  # noqa: E402
-from cute_ops.models.llama import PRESETS, Llama, PagedKVCache  # noqa: E402
+from cute_ops.models.llama import PRESETS, Llama  # noqa: E402
 
 
 def kind(name: str) -> str:
@@ -72,17 +72,8 @@ def main() -> None:
     model = Llama.random(PRESETS[args.preset])
     b, ctx = args.batch, args.ctx
     if args.prefill:  # as perf/cases_llama.py's prefill case calls both
-        cfg = model.config
-        cache = PagedKVCache.for_tokens(cfg, b * (ctx + PAGE_SIZE), PAGE_SIZE, max_seq_len=ctx + PAGE_SIZE)
-        for s in range(b):
-            cache.allocator.allocate(s, ctx)
-        tokens = torch.randint(0, cfg.vocab_size, (b, ctx), device="cuda")
-        cu = torch.arange(0, b + 1, dtype=torch.int32, device="cuda") * ctx
-        positions = torch.arange(ctx, device="cuda").repeat(b)
-        slots = cache.slots(list(range(b)), [ctx] * b).cuda()
+        ours, tokens, pos = prefill_runner(model, b, ctx)
         base = torch.compile(GptFastLlama(model, b, ctx), fullgraph=True)
-        pos = torch.arange(ctx, device="cuda")
-        ours = lambda: model.prefill(tokens.flatten(), cu, ctx, positions, slots, cache, cu[1:] - 1)  # noqa: E731
         theirs = lambda: base(tokens, pos)  # noqa: E731
     else:
         runner = decode_runner(model, b, ctx)
