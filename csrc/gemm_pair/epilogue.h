@@ -20,6 +20,7 @@
 
 #include <type_traits>
 
+#include "common/activation.cuh"
 #include "gemm_pair/gemm_pair.h"
 #include "gemm_pair/tile_order.h"
 #include "gemm_pair/tile_sync.h"
@@ -28,7 +29,6 @@ namespace cute_ops::gemm_pair {
 
 using namespace cute;
 
-__device__ __forceinline__ float silu(float x) { return x / (1.f + __expf(-x)); }
 __device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
 
 // 16-bit element type <-> float, for the plain CUDA types the stores use.

@@ -57,6 +57,7 @@
 
 #include <cstdint>
 
+#include "common/activation.cuh"
 #include "common/cute/sm80_copy.h"
 #include "common/gate_up_layout.h"
 #include "common/pdl.h"
@@ -253,9 +254,7 @@ __device__ __forceinline__ float sum_of_squares(uint4 x) {
   return s;
 }
 
-__device__ __forceinline__ float silu_times(float gate, float up) {
-  return gate / (1.f + __expf(-gate)) * up;
-}
+__device__ __forceinline__ float silu_times(float gate, float up) { return silu(gate) * up; }
 
 // The kernel's body; `e` is read only by a push or a pull (gemv_exchange_kernel).
 template <typename T, bool kNorm, bool kResidual, bool kSwiGLU, GemvExchangeMode kExchange>
