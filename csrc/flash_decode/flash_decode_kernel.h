@@ -32,14 +32,14 @@
 #include "flash_decode/trace.h"
 
 
-// 0 (the default): the ring's prologue and the per-row copy of a tile's last keys are unrolled.
-// 1: both stay loops. They run once or twice a CTA, but unrolled they are most of the kernel's
-// code (the new-token kernel at D 128: 111 KB, about 35 KB of it the three unrolled prologue
-// stages), which a call pays to fetch from DRAM when the kernels before it swept L2 (the cuBLAS
-// layers of the LLaMA model above 8 rows: 5-8 us a call; docs/perf-notes.md, session 48). An
-// experiment until measured.
+// 1 (the default): the ring's prologue and the per-row copy of a tile's last keys stay loops.
+// 0: both are unrolled. They run once or twice a CTA, but unrolled they are most of the kernel's
+// code (the new-token kernel at D 128: 111 KB against 72 KB), which a call pays to fetch from DRAM
+// when the kernels before it swept L2, as the LLaMA model's matmuls do. Measured on an H200
+// (docs/perf-notes.md, session 49): the model's attention -10% a step at B = 1 and 64, the call
+// after an L2 sweep 22 -> 13 us; with its code hot a call is up to 0.5 us slower.
 #ifndef CUTE_OPS_DECODE_COMPACT
-#define CUTE_OPS_DECODE_COMPACT 0
+#define CUTE_OPS_DECODE_COMPACT 1
 #endif
 
 namespace cute_ops::decode {
