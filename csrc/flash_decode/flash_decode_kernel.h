@@ -32,14 +32,15 @@
 #include "flash_decode/trace.h"
 
 
-// 1 (the default): the ring's prologue and the per-row copy of a tile's last keys stay loops.
-// 0: both are unrolled. They run once or twice a CTA, but unrolled they are most of the kernel's
+// 0 (the default): the ring's prologue and the per-row copy of a tile's last keys are unrolled.
+// 1: both stay loops. They run once or twice a CTA, but unrolled they are most of the kernel's
 // code (the new-token kernel at D 128: 111 KB against 72 KB), which a call pays to fetch from DRAM
-// when the kernels before it swept L2, as the LLaMA model's matmuls do. Measured on an H200
-// (docs/perf-notes.md, session 49): the model's attention -10% a step at B = 1 and 64, the call
-// after an L2 sweep 22 -> 13 us; with its code hot a call is up to 0.5 us slower.
+// when the kernels before it swept L2, as the LLaMA model's matmuls do. Not the default: its first
+// form indexed the slab lookup's arrays at run time, which put the main loop's prefetched lookup
+// in local memory (30-50% slower from 8k keys on an H200, docs/perf-notes.md session 49); the
+// form below keeps the index constant and is not yet measured.
 #ifndef CUTE_OPS_DECODE_COMPACT
-#define CUTE_OPS_DECODE_COMPACT 1
+#define CUTE_OPS_DECODE_COMPACT 0
 #endif
 
 namespace cute_ops::decode {
@@ -206,7 +207,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
 #pragma unroll
 #endif
     for (int r0 = 0; r0 < Traits::kWarpKeys; r0 += Traits::kSlabRowsPerPass) {
-      const int gi = r0 / 16;  // a pass's rows are in one group
+      // A pass's rows are in one group. Compact: a constant where there is one group, since a
+      // run-time index into src's arrays puts src, the main loop's prefetched lookup, in local
+      // memory. (The unrolled loop's r0 / 16 is a constant already.)
+#if CUTE_OPS_DECODE_COMPACT
+      const int gi = kGroups == 1 ? 0 : r0 / 16;
+#else
+      const int gi = r0 / 16;
+#endif
       const int r = r0 + slab_row;
       const int key = src.key0 + r;
       const bool valid = key < cached;  // new keys: zeros here, written by NewTokens::put
