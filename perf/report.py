@@ -314,7 +314,9 @@ def render(files: list[tuple[pathlib.Path, dict]], docs_dir: pathlib.Path, plots
         "- baselines: " + ", ".join(f"`{name}` = {what}" for name, what in BASELINES.items() if name in baselines),
         "",
         "Regenerate on a GPU machine with `bash scripts/gpu_check.sh` (or `python perf/run.py`), then "
-        "`python perf/report.py`.",
+        "`python perf/report.py`. On a host of two GPUs, `gpu_check.sh --split-gpus` runs the model's "
+        "families on the second GPU while the kernels' run on the first; each part's fractions use the "
+        "ceilings measured on its own GPU.",
         "",
     ]
     if not plots:

@@ -6,6 +6,7 @@ measures the ceilings, writes this GPU's results file and prints a table.
     python perf/run.py --families norm,rope             # a subset, merged into <gpu>.json
     python perf/run.py --families norm,rope --replace   # a subset that starts <gpu>.json afresh
     python perf/run.py --families norm --out x.json     # a subset written elsewhere
+    python perf/run.py --merge x.json [y.json ...]      # --out files merged into <gpu>.json (no GPU)
 
 <gpu> is report.gpu_slug() of the device (h100, h200, ...); perf/results/latest.json is a copy of
 the per-GPU file last written. A full run replaces the file. A subset is merged into it (replacing
@@ -13,7 +14,10 @@ the rows of its families) only when the file holds the same device and commit; o
 is refused before measuring anything. That lets a full run be split into invocations at one commit
 (one command on the GPU machines may run 10 minutes at most): the first with --replace, the rest
 merged in. The file lists its families and, per invocation ("parts"), the families, date and
-ceilings; each row's fractions use the ceilings measured in its own invocation.
+ceilings; each row's fractions use the ceilings measured in its own invocation. The invocations may
+also run at the same time on GPUs of one host (scripts/gpu_check.sh --split-gpus), each of the later
+ones with --out, and then be merged with --merge under the same rules; a part records the
+CUDA_VISIBLE_DEVICES it ran under. A --match trial is never merged: it lacks rows of its families.
 
 The commit recorded is $CUTE_OPS_COMMIT, to be set to the sha the device runs (a device's git copy
 may report a stale HEAD); without it, git's HEAD, marked as possibly stale.
@@ -115,11 +119,13 @@ def table(results: list[dict]) -> str:
 
 
 def new_doc(device: str, commit_: str, ceil: dict, families: list[str], results: list[dict],
-            elapsed_s: dict[str, float] | None = None, gpus: int = 1) -> dict:
-    """The results file of one invocation."""
+            elapsed_s: dict[str, float] | None = None, gpus: int = 1, match: list[str] | None = None) -> dict:
+    """The results file of one invocation (`match`: the --match filter of a trial, if any)."""
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     part = {"families": families, "commit": commit_, "date": date, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "ceilings": ceil, **({"elapsed_s": elapsed_s} if elapsed_s else {})}
+            "cuda": torch.version.cuda, "ceilings": ceil, **({"elapsed_s": elapsed_s} if elapsed_s else {}),
+            **({"cuda_visible_devices": visible} if visible else {}), **({"match": match} if match else {})}
     return {"device": device, "gpus": gpus, "torch": torch.__version__, "cuda": torch.version.cuda,
             "commit": commit_, "date": date, "ceilings": ceil, "timing": TIMING, "families": families,
             "parts": [part], "results": results}
@@ -176,6 +182,39 @@ def merge(existing: dict, new: dict, order: list[str]) -> dict:
     return {**new, "commit": sha, "families": families, "parts": parts, "results": rows}
 
 
+def write_results(doc: dict, out: pathlib.Path, copy_latest: bool) -> None:
+    """`doc` written to `out` (and to perf/results/latest.json when `copy_latest`)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, indent=1) + "\n"
+    out.write_text(text)
+    written = [out]
+    if copy_latest:
+        (RESULTS / "latest.json").write_text(text)
+        written.append(RESULTS / "latest.json")
+    print(f"\nwrote {' and '.join(map(str, written))} (families: {', '.join(doc['families'])})\n")
+
+
+def merge_files(paths: list[pathlib.Path], out: pathlib.Path) -> dict:
+    """Results files written with --out (runs of some families, e.g. at the same time on other GPUs
+    of the host) merged into `out` in the order given, under merge_refusal's rules: the same device
+    and commit as `out` (when it exists) and as each other. Raises SystemExit, leaving `out` as it
+    was, if any may not be merged."""
+    doc = json.loads(out.read_text()) if out.exists() else None
+    for path in paths:
+        new = json.loads(path.read_text())
+        trial = [p for p in parts_of(new) if p.get("match")]
+        if trial:
+            raise SystemExit(f"{path} is a --match trial ({', '.join(trial[0]['match'])}): it lacks rows of its "
+                             "families, so it is never merged into a results file")
+        refusal = merge_refusal(doc, out, new["device"], new["commit"], new["families"])
+        if refusal:
+            raise SystemExit(f"{path}: {refusal}")
+        doc = new if doc is None else merge(doc, new, list(FAMILIES))
+    if doc is None:
+        raise SystemExit("--merge needs at least one results file")
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--families", help="comma list (default: all)")
@@ -185,7 +224,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --families: start the results file afresh instead of merging into it")
     ap.add_argument("--match", help="comma list: only the cases whose id contains one of these (a trial: needs "
                                     "--out, since a results file holds whole families)")
+    ap.add_argument("--merge", nargs="+", type=pathlib.Path, metavar="FILE",
+                    help="merge these results files (written with --out) into the per-GPU file named by "
+                         "their device, or into --out; measures nothing and needs no GPU")
     args = ap.parse_args(argv)
+    if args.merge:
+        if args.families or args.replace or args.match:
+            ap.error("--merge takes only --out")
+        first = json.loads(args.merge[0].read_text())
+        out = args.out or RESULTS / f"{gpu_slug(first['device'], first.get('gpus', 1))}.json"
+        doc = merge_files(args.merge, out)
+        write_results(doc, out, copy_latest=args.out is None)
+        print(table(doc["results"]))
+        return 0
     match = [m for m in (args.match or "").split(",") if m]
     if match and args.out is None:
         ap.error("--match needs --out: the per-GPU results files hold whole families")
@@ -226,17 +277,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {case.id}: ours {r['ours_us']} us, baselines {r['baselines_us']}", flush=True)
             results.append(r)
         elapsed[family] = round(time.perf_counter() - t0, 1)
-    doc = new_doc(device, sha, ceil, families, results, elapsed)
+    doc = new_doc(device, sha, ceil, families, results, elapsed, match=match)
     if existing is not None:
         doc = merge(existing, doc, list(FAMILIES))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(doc, indent=1) + "\n"
-    out.write_text(text)
-    written = [out]
-    if args.out is None:
-        (RESULTS / "latest.json").write_text(text)
-        written.append(RESULTS / "latest.json")
-    print(f"\nwrote {' and '.join(map(str, written))} (families: {', '.join(doc['families'])})\n")
+    write_results(doc, out, copy_latest=args.out is None)
     print(table(results))
     print("\nelapsed: " + ", ".join(f"{k} {v:.0f} s" for k, v in elapsed.items())
           + f"; total {sum(elapsed.values()):.0f} s")

@@ -11,6 +11,10 @@
 #   # a full run in two commands at one commit (perf/run.py merges the second into the first's file):
 #   bash scripts/gpu_check.sh --commit SHA --bench-families norm,rope,flash_fwd --bench-replace
 #   bash scripts/gpu_check.sh --commit SHA --no-tests --bench-families flash_decode,gemm_pair
+#   # on a host of two or more GPUs: the model's families (llama_*) on the second GPU while the
+#   # kernels' run on the first, then merged into one file (perf/run.py --merge); about 450 s
+#   # instead of 640 on two H200s:
+#   bash scripts/gpu_check.sh --commit SHA --no-tests --split-gpus
 #   # tensor parallelism on a host of N GPUs: its tests, then perf/run_tp.py under torchrun
 #   # (perf/results/<gpu>x<N>.json) instead of perf/run.py:
 #   CUTE_OPS_FAMILIES=norm,rope,flash_fwd,flash_decode,gemm_pair,gemv bash scripts/gpu_check.sh --commit SHA \
@@ -21,7 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-bench=1; tests=1; pytest_bench=0; test_args=""; bench_families=""; bench_replace=0; tp=1
+bench=1; tests=1; pytest_bench=0; test_args=""; bench_families=""; bench_replace=0; tp=1; split_gpus=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-bench) bench=0 ;;
@@ -32,6 +36,7 @@ while [ $# -gt 0 ]; do
     --bench-replace) bench_replace=1 ;;
     --commit) export CUTE_OPS_COMMIT="$2"; shift ;;
     --tp) tp="$2"; shift ;;
+    --split-gpus) split_gpus=1 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -39,6 +44,9 @@ done
 case "$tp" in ''|*[!0-9]*) echo "--tp needs a number of GPUs, got '$tp'" >&2; exit 2 ;; esac
 if [ "$tp" -gt 1 ] && { [ -n "$bench_families" ] || [ "$pytest_bench" = 1 ]; }; then
   echo "--tp runs perf/run_tp.py only: --bench-families and --pytest-bench do not apply" >&2; exit 2
+fi
+if [ "$split_gpus" = 1 ] && { [ "$tp" -gt 1 ] || [ "$pytest_bench" = 1 ]; }; then
+  echo "--split-gpus runs perf/run.py's families on two GPUs: --tp and --pytest-bench do not apply" >&2; exit 2
 fi
 logs="${OUT:-build/gpu_check}"
 mkdir -p "$logs"
@@ -89,6 +97,38 @@ if [ "$bench" = 1 ] && [ "$tp" -gt 1 ]; then
   fi
   rm -f "$stamp"
   sed -n '/^wrote/,$p' "$logs/perf_tp.log"
+  bench=0
+fi
+
+if [ "$bench" = 1 ] && [ "$split_gpus" = 1 ]; then
+  step "benchmarks on two GPUs"
+  # The GPUs this process may use (CUDA_VISIBLE_DEVICES's list, else nvidia-smi's), the first two.
+  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then IFS=, read -r -a gpus <<<"$CUDA_VISIBLE_DEVICES"
+  else mapfile -t gpus < <(nvidia-smi --query-gpu=index --format=csv,noheader); fi
+  if [ "${#gpus[@]}" -lt 2 ]; then echo "--split-gpus needs two GPUs, found ${#gpus[@]}"; exit 1; fi
+  families="${bench_families:-$(python3 -c 'import sys; sys.path.insert(0, "perf"); import registry; print(",".join(registry.FAMILIES))')}"
+  model=$(tr , '\n' <<<"$families" | grep '^llama_' | paste -sd, -)
+  kernels=$(tr , '\n' <<<"$families" | grep -v '^llama_' | paste -sd, -)
+  if [ -z "$model" ] || [ -z "$kernels" ]; then echo "--split-gpus needs kernel and llama_* families, got $families"; exit 1; fi
+  replace=(); [ "$bench_replace" = 1 ] || [ -z "$bench_families" ] && replace=(--replace)
+  stamp=$(mktemp)
+  CUDA_VISIBLE_DEVICES="${gpus[1]}" python3 perf/run.py --families "$model" --out "$logs/model_part.json" \
+    >"$logs/perf_model.log" 2>&1 &
+  model_pid=$!
+  CUDA_VISIBLE_DEVICES="${gpus[0]}" python3 perf/run.py --families "$kernels" "${replace[@]}" >"$logs/perf.log" 2>&1 \
+    || { status=1; tail -40 "$logs/perf.log"; }
+  wait "$model_pid" || { status=1; tail -40 "$logs/perf_model.log"; }
+  if [ "$status" = 0 ]; then
+    python3 perf/run.py --merge "$logs/model_part.json" >"$logs/perf_merge.log" 2>&1 || { status=1; tail -20 "$logs/perf_merge.log"; }
+  fi
+  if [ -n "${OUT:-}" ]; then
+    find perf/results -maxdepth 1 -name '*.json' -newer "$stamp" -exec cp {} "$OUT/" \;
+  fi
+  rm -f "$stamp"
+  step "summary"
+  sed -n '/^wrote/,$p' "$logs/perf.log"
+  sed -n '/^wrote/,$p' "$logs/perf_model.log"
+  head -3 "$logs/perf_merge.log" 2>/dev/null
   bench=0
 fi
 

@@ -190,6 +190,40 @@ def test_main_splits_a_full_run_and_refuses_a_partial_overwrite(fake_gpu, monkey
     assert doc["commit"] == "fed4321" and doc["families"] == ALL and len(doc["parts"]) == 1
 
 
+def test_merge_joins_runs_made_side_by_side_and_refuses_trials_and_other_commits(fake_gpu, monkeypatch, capsys):
+    """--merge: families run at the same time on two GPUs (the second with --out) become one file."""
+    path = fake_gpu / "h200.json"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert run.main(["--families", "norm,rope", "--replace"]) == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    other = fake_gpu / "part" / "gemm_pair.json"
+    assert run.main(["--families", "gemm_pair", "--out", str(other)]) == 0
+    first = json.loads(path.read_text())
+
+    # A --match trial and a file of another commit are refused, and the file is left as it was.
+    trial = fake_gpu / "trial.json"
+    assert run.main(["--families", "gemv", "--match", "proj=o", "--out", str(trial)]) == 0
+    with pytest.raises(SystemExit, match="--match trial"):
+        run.main(["--merge", str(trial)])
+    monkeypatch.setenv("CUTE_OPS_COMMIT", "fed4321")
+    late = fake_gpu / "late.json"
+    assert run.main(["--families", "gemv", "--out", str(late)]) == 0
+    with pytest.raises(SystemExit, match="holds commit abc1234"):
+        run.main(["--merge", str(other), str(late)])
+    assert json.loads(path.read_text()) == first
+
+    # No GPU is needed to merge.
+    monkeypatch.setattr(run.torch.cuda, "is_available", lambda: False)
+    assert run.main(["--merge", str(other)]) == 0
+    doc = json.loads(path.read_text())
+    assert doc["families"] == ["norm", "rope", "gemm_pair"] and doc["commit"] == "abc1234"
+    assert [(p["families"], p["cuda_visible_devices"]) for p in doc["parts"]] == [
+        (["norm", "rope"], "0"), (["gemm_pair"], "1")]
+    assert {r["family"] for r in doc["results"]} == {"norm", "rope", "gemm_pair"}
+    assert json.loads((fake_gpu / "latest.json").read_text()) == doc
+    assert "wrote" in capsys.readouterr().out
+
+
 def test_main_without_gpu_exits_0_with_a_message(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(run.torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(run, "RESULTS", tmp_path)
