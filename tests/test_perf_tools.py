@@ -403,6 +403,18 @@ def test_llama_vs_baseline_groups_kernels_by_kind(name, kind):
     assert _tool("llama_vs_baseline").kind(name) == kind
 
 
+def test_llama_vs_baseline_finds_the_idle_time_between_kernel_kinds():
+    tool = _tool("llama_vs_baseline")
+    norm, mm, swiglu = ("void cute_ops::rms_norm_kernel<float>(x)", "nvjet_tst_128x256_64x4_1x2_h_bz_coopB_TNT",
+                        "void cute_ops::(anonymous namespace)::swiglu_kernel<__nv_bfloat16>(p)")
+    # Two steps: norm, (4 us) matmul, swiglu overlapping the matmul's end (no gap), (10 us / 6 us) norm.
+    kernels = [(norm, 0, 10), (mm, 14, 40), (swiglu, 38, 50), (norm, 60, 70),
+               (mm, 70, 96), (swiglu, 96, 106), (norm, 112, 120)]
+    found = tool.gaps(list(reversed(kernels)), steps=2)  # any order in, sorted by start inside
+    assert found == [("swiglu_kernel", "rms_norm_kernel", 8.0, 1.0, 10.0), ("rms_norm_kernel", "nvjet", 2.0, 0.5, 4.0)]
+    assert tool.gaps([(norm, 0, 10)], steps=1) == []
+
+
 # -- perf/tools/gemv_bits.py -----------------------------------------------------------------------
 
 def test_gemv_bits_without_a_gpu_says_so(monkeypatch, capsys, tmp_path):

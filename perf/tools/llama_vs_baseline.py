@@ -7,6 +7,11 @@ difference has to be found kernel by kernel. Not the benchmark (perf/run.py time
 
     python perf/tools/llama_vs_baseline.py [--batch 64] [--ctx 512]
     python perf/tools/llama_vs_baseline.py --prefill [--batch 8] [--ctx 512]   # ctx: each prompt's length
+    python perf/tools/llama_vs_baseline.py --prefill --gaps 8   # also where the idle time between kernels is
+
+--gaps N: the N pairs of kernel kinds (the one before, the one after) with the most idle device time
+between them a step. Idle time there means the GPU waited for the host: a slow launch path, an
+allocation, or a sync before the second kernel.
 """
 from __future__ import annotations
 
@@ -38,7 +43,32 @@ def kind(name: str) -> str:
     return name.split("::")[-1][:40]
 
 
-def profile_step(step, steps: int) -> tuple[float, dict[str, float], dict[str, int]]:
+def gaps(kernels: list[tuple[str, float, float]], steps: int) -> list[tuple[str, str, float, float, float]]:
+    """Idle device time between consecutive kernels (name, start, end; us), grouped by the kinds
+    of the kernel before and the one after: (before, after, us a step, gaps a step, longest), the
+    most idle first. A kernel that starts before the previous ones have all ended leaves no gap."""
+    total, count, longest = collections.defaultdict(float), collections.Counter(), collections.defaultdict(float)
+    ordered = sorted(kernels, key=lambda k: k[1])
+    for (prev, _, _), (name, start, _), busy_until in zip(
+            ordered, ordered[1:], _running_max(k[2] for k in ordered)):
+        gap = start - busy_until
+        if gap > 0:
+            pair = (kind(prev), kind(name))
+            total[pair] += gap
+            count[pair] += 1
+            longest[pair] = max(longest[pair], gap)
+    return sorted(((a, b, total[(a, b)] / steps, count[(a, b)] / steps, longest[(a, b)]) for a, b in total),
+                  key=lambda g: -g[2])
+
+
+def _running_max(values):
+    top = float("-inf")
+    for v in values:
+        top = max(top, v)
+        yield top
+
+
+def profile_step(step, steps: int) -> tuple[float, dict[str, float], dict[str, int], list]:
     for _ in range(3):
         step()
     torch.cuda.synchronize()
@@ -53,12 +83,13 @@ def profile_step(step, steps: int) -> tuple[float, dict[str, float], dict[str, i
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-    us, count = collections.defaultdict(float), collections.Counter()
+    us, count, kernels = collections.defaultdict(float), collections.Counter(), []
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             us[kind(ev.name)] += (ev.time_range.end - ev.time_range.start) / steps
             count[kind(ev.name)] += 1
-    return step_us, us, {k: v // steps for k, v in count.items()}
+            kernels.append((ev.name, ev.time_range.start, ev.time_range.end))
+    return step_us, us, {k: v // steps for k, v in count.items()}, kernels
 
 
 def main() -> None:
@@ -68,6 +99,8 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--prefill", action="store_true", help="a prefill of batch x ctx tokens instead of a decode step")
+    ap.add_argument("--gaps", type=int, default=0, metavar="N",
+                    help="also the N pairs of kernel kinds with the most idle time between them")
     args = ap.parse_args()
     model = Llama.random(PRESETS[args.preset])
     b, ctx = args.batch, args.ctx
@@ -85,10 +118,16 @@ def main() -> None:
     sides = {"ours": profile_step(ours, args.steps), "gptfast_compile": profile_step(theirs, args.steps)}
     print(f"{torch.cuda.get_device_name()}, {args.preset} bf16, {'prefill' if args.prefill else 'decode'} B={b}, "
           f"ctx {ctx}: " + ", ".join(f"{k} {v[0]:.0f} us" for k, v in sides.items()))
-    for name, (step_us, us, count) in sides.items():
+    for name, (step_us, us, count, kernels) in sides.items():
         print(f"\n{name}: {step_us:.0f} us a step, kernels busy {sum(us.values()):.0f}\n| kernel kind | a step | us |\n|---|---|---|")
         for k, v in sorted(us.items(), key=lambda kv: -kv[1]):
             print(f"| {k} | {count[k]} | {v:.0f} |")
+        if args.gaps:
+            found = gaps(kernels, args.steps)
+            print(f"\n{name}: idle between kernels {sum(g[2] for g in found):.0f} us a step; the most idle pairs:\n"
+                  "| before | after | us a step | gaps a step | longest us |\n|---|---|---|---|---|")
+            for before, after, idle, n, longest in found[:args.gaps]:
+                print(f"| {before} | {after} | {idle:.0f} | {n:g} | {longest:.1f} |")
 
 
 if __name__ == "__main__":
