@@ -209,6 +209,9 @@ def merge_files(paths: list[pathlib.Path], out: pathlib.Path) -> dict:
         refusal = merge_refusal(doc, out, new["device"], new["commit"], new["families"])
         if refusal:
             raise SystemExit(f"{path}: {refusal}")
+        if doc is not None and doc.get("gpus", 1) != new.get("gpus", 1):
+            raise SystemExit(f"{path} is a run on {new.get('gpus', 1)} GPU(s), {out} on {doc.get('gpus', 1)}: "
+                             "runs over different numbers of GPUs go to different results files")
         doc = new if doc is None else merge(doc, new, list(FAMILIES))
     if doc is None:
         raise SystemExit("--merge needs at least one results file")

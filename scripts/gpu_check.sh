@@ -111,15 +111,18 @@ if [ "$bench" = 1 ] && [ "$split_gpus" = 1 ]; then
   kernels=$(tr , '\n' <<<"$families" | grep -v '^llama_' | paste -sd, -)
   if [ -z "$model" ] || [ -z "$kernels" ]; then echo "--split-gpus needs kernel and llama_* families, got $families"; exit 1; fi
   replace=(); [ "$bench_replace" = 1 ] || [ -z "$bench_families" ] && replace=(--replace)
-  stamp=$(mktemp)
+  stamp=$(mktemp); split_ok=1
+  rm -f "$logs/model_part.json" "$logs/perf_merge.log"
   CUDA_VISIBLE_DEVICES="${gpus[1]}" python3 perf/run.py --families "$model" --out "$logs/model_part.json" \
     >"$logs/perf_model.log" 2>&1 &
   model_pid=$!
   CUDA_VISIBLE_DEVICES="${gpus[0]}" python3 perf/run.py --families "$kernels" "${replace[@]}" >"$logs/perf.log" 2>&1 \
-    || { status=1; tail -40 "$logs/perf.log"; }
-  wait "$model_pid" || { status=1; tail -40 "$logs/perf_model.log"; }
-  if [ "$status" = 0 ]; then
+    || { status=1; split_ok=0; tail -40 "$logs/perf.log"; }
+  wait "$model_pid" || { status=1; split_ok=0; tail -40 "$logs/perf_model.log"; }
+  if [ "$split_ok" = 1 ]; then  # (not $status: a failed test must not keep the model's rows out)
     python3 perf/run.py --merge "$logs/model_part.json" >"$logs/perf_merge.log" 2>&1 || { status=1; tail -20 "$logs/perf_merge.log"; }
+  else
+    echo "a benchmark run failed: $logs/model_part.json not merged"
   fi
   if [ -n "${OUT:-}" ]; then
     find perf/results -maxdepth 1 -name '*.json' -newer "$stamp" -exec cp {} "$OUT/" \;

@@ -211,6 +211,12 @@ def test_merge_joins_runs_made_side_by_side_and_refuses_trials_and_other_commits
     with pytest.raises(SystemExit, match="holds commit abc1234"):
         run.main(["--merge", str(other), str(late)])
     assert json.loads(path.read_text()) == first
+    # A run over two GPUs (run_tp.py's) never goes into a one-GPU file.
+    tp_file = fake_gpu / "tp.json"
+    tp_file.write_text(json.dumps({**json.loads(other.read_text()), "gpus": 2}))
+    with pytest.raises(SystemExit, match="different numbers of GPUs"):
+        run.main(["--merge", str(tp_file), "--out", str(path)])
+    assert json.loads(path.read_text()) == first
 
     # No GPU is needed to merge.
     monkeypatch.setattr(run.torch.cuda, "is_available", lambda: False)
@@ -412,7 +418,10 @@ def test_llama_vs_baseline_finds_the_idle_time_between_kernel_kinds():
                (mm, 70, 96), (swiglu, 96, 106), (norm, 112, 120)]
     found = tool.gaps(list(reversed(kernels)), steps=2)  # any order in, sorted by start inside
     assert found == [("swiglu_kernel", "rms_norm_kernel", 8.0, 1.0, 10.0), ("rms_norm_kernel", "nvjet", 2.0, 0.5, 4.0)]
-    assert tool.gaps([(norm, 0, 10)], steps=1) == []
+    assert tool.gaps([(norm, 0, 10)], steps=1) == [] and tool.gaps([], steps=1) == []
+    # The gap is charged to the kernel that ended last, not to the one that started last.
+    assert tool.gaps([(mm, 0, 50), (norm, 10, 20), (swiglu, 60, 70)], steps=1) == [
+        ("nvjet", "swiglu_kernel", 10.0, 1.0, 10.0)]
 
 
 # -- perf/tools/gemv_bits.py -----------------------------------------------------------------------

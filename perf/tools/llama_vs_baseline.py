@@ -45,27 +45,25 @@ def kind(name: str) -> str:
 
 def gaps(kernels: list[tuple[str, float, float]], steps: int) -> list[tuple[str, str, float, float, float]]:
     """Idle device time between consecutive kernels (name, start, end; us), grouped by the kinds
-    of the kernel before and the one after: (before, after, us a step, gaps a step, longest), the
-    most idle first. A kernel that starts before the previous ones have all ended leaves no gap."""
+    of the kernel that ended last before the gap and the one after it: (before, after, us a step,
+    gaps a step, longest), the most idle first. A kernel that starts before the previous ones have
+    all ended leaves no gap."""
     total, count, longest = collections.defaultdict(float), collections.Counter(), collections.defaultdict(float)
     ordered = sorted(kernels, key=lambda k: k[1])
-    for (prev, _, _), (name, start, _), busy_until in zip(
-            ordered, ordered[1:], _running_max(k[2] for k in ordered)):
+    if not ordered:
+        return []
+    last_name, busy_until = ordered[0][0], ordered[0][2]
+    for name, start, end in ordered[1:]:
         gap = start - busy_until
         if gap > 0:
-            pair = (kind(prev), kind(name))
+            pair = (kind(last_name), kind(name))
             total[pair] += gap
             count[pair] += 1
             longest[pair] = max(longest[pair], gap)
+        if end > busy_until:
+            last_name, busy_until = name, end
     return sorted(((a, b, total[(a, b)] / steps, count[(a, b)] / steps, longest[(a, b)]) for a, b in total),
                   key=lambda g: -g[2])
-
-
-def _running_max(values):
-    top = float("-inf")
-    for v in values:
-        top = max(top, v)
-        yield top
 
 
 def profile_step(step, steps: int) -> tuple[float, dict[str, float], dict[str, int], list]:
@@ -102,6 +100,8 @@ def main() -> None:
     ap.add_argument("--gaps", type=int, default=0, metavar="N",
                     help="also the N pairs of kernel kinds with the most idle time between them")
     args = ap.parse_args()
+    if args.gaps < 0:
+        ap.error("--gaps takes a count of rows, 0 or more")
     model = Llama.random(PRESETS[args.preset])
     b, ctx = args.batch, args.ctx
     if args.prefill:  # as perf/cases_llama.py's prefill case calls both
