@@ -37,8 +37,10 @@
 // code (the new-token kernel at D 128: 111 KB against 72 KB), which a call pays to fetch from DRAM
 // when the kernels before it swept L2, as the LLaMA model's matmuls do. Not the default: its first
 // form indexed the slab lookup's arrays at run time, which put the main loop's prefetched lookup
-// in local memory (30-50% slower from 8k keys on an H200, docs/perf-notes.md session 49); the
-// form below keeps the index constant and is not yet measured.
+// in local memory (30-50% slower from 8k keys on an H200, docs/perf-notes.md session 49). The
+// form below keeps that index constant; on an H200 it tied or won at every grid point tried and
+// was 10 us faster after an L2 sweep (same notes). It becomes the default once its tests,
+// compute-sanitizer and both results runs have passed with it.
 #ifndef CUTE_OPS_DECODE_COMPACT
 #define CUTE_OPS_DECODE_COMPACT 0
 #endif
