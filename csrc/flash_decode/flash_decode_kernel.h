@@ -32,17 +32,16 @@
 #include "flash_decode/trace.h"
 
 
-// 0 (the default): the ring's prologue and the per-row copy of a tile's last keys are unrolled.
-// 1: both stay loops. They run once or twice a CTA, but unrolled they are most of the kernel's
-// code (the new-token kernel at D 128: 111 KB against 72 KB), which a call pays to fetch from DRAM
-// when the kernels before it swept L2, as the LLaMA model's matmuls do. Not the default: its first
-// form indexed the slab lookup's arrays at run time, which put the main loop's prefetched lookup
-// in local memory (30-50% slower from 8k keys on an H200, docs/perf-notes.md session 49). The
-// form below keeps that index constant; on an H200 it tied or won at every grid point tried and
-// was 10 us faster after an L2 sweep (same notes). It becomes the default once its tests,
-// compute-sanitizer and both results runs have passed with it.
+// 1 (the default): the ring's prologue and the per-row copy of a tile's last keys stay loops.
+// They run once or twice a CTA, but unrolled (0) they are most of the kernel's code (the new-token
+// kernel at D 128: 111 KB against 72 KB), which a call pays to fetch from DRAM when the kernels
+// before it swept L2, as the LLaMA model's cuBLAS matmuls do above 8 rows (10 us a call after a
+// sweep, H200, docs/perf-notes.md sessions 48-49). The per-row loop's group index stays a
+// constant where a slab is one 16-key group: a run-time index put the main loop's prefetched slab
+// lookup in local memory (30-50% slower from 8k keys, session 49's first form). 0 keeps the
+// unrolled form, for A/Bs.
 #ifndef CUTE_OPS_DECODE_COMPACT
-#define CUTE_OPS_DECODE_COMPACT 0
+#define CUTE_OPS_DECODE_COMPACT 1
 #endif
 
 namespace cute_ops::decode {
