@@ -484,3 +484,16 @@ def test_flash_fwd_schedule_model():
     tail = [model.cost(m, m_blocks, True, block_m, block_n)
             for m in model.order(m_blocks, bh, 2, True, False, model.causal_tail(m_blocks, bh))]
     assert model.balance_dynamic(tail) > model.balance_dynamic(plain) + 0.05
+
+
+# -- perf/tools/gemv_tile_probe.py ----------------------------------------------------------------
+
+def test_gemv_tile_probe_without_a_gpu_says_so(monkeypatch, capsys):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert _tool("gemv_tile_probe").main(["--shapes", "gate_up70B_tp2"]) == 0
+    assert "no GPU here" in capsys.readouterr().out
+
+
+def test_gemv_tile_probe_refuses_an_unknown_shape():
+    with pytest.raises(SystemExit):
+        _tool("gemv_tile_probe").main(["--shapes", "gate_up9B"])
