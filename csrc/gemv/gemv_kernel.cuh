@@ -89,6 +89,14 @@ namespace cute_ops::gemv {
 #define CUTE_OPS_GEMV_STREAM_K 1
 #endif
 
+// N > 0 (experimental, off): each warp also asks L2 for its step N steps beyond the ring's newest
+// copy (prefetch_weight_step), so that more of W is on its way from DRAM than the ring's shared
+// memory holds. On the H200 a ring-fed gemv reads 8-11% slower than a kernel of many short CTAs
+// with plain loads (docs/perf-notes.md, session 50): the bytes in flight an SM are the suspect.
+#ifndef CUTE_OPS_GEMV_L2_AHEAD
+#define CUTE_OPS_GEMV_L2_AHEAD 0
+#endif
+
 constexpr int kWarps = CUTE_OPS_GEMV_WARPS;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = 16 / kWarps;  // 16 warps an SM: the register cap of __launch_bounds__
@@ -190,6 +198,21 @@ __device__ __forceinline__ void copy_weight_step(uint4* ring, int stage, const T
 #endif
   }
 }
+
+#if CUTE_OPS_GEMV_L2_AHEAD > 0
+// An L2 prefetch of one step's W (16 rows x 256 bytes: two 128-byte lines a row, one line a lane:
+// c & 2 picks the row, c & 1 the line). Nothing comes back to the SM, so it holds no shared memory
+// and no register while it is in flight; the step's cp.async copies later find the lines in L2.
+template <typename T>
+__device__ __forceinline__ void prefetch_weight_step(const T* w, const UnitRows& rows, int k, int step, int c) {
+  static_assert(sizeof(T) == 2, "a 128-byte line holds 64 16-bit elements");
+  const int col = step * kStepK + (c & 1) * 64;
+  if (col < k) {
+    const T* line = w + ((c & 2) ? rows.hi : rows.lo) * k + col;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+  }
+}
+#endif
 
 template <typename T, bool kNorm>
 __device__ __forceinline__ void load_x_step(uint4 (&x)[kChunks], uint4 (&norm_w)[kChunks], const T* x_row,
@@ -293,6 +316,18 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
   wait_for_previous_grid();  // x and residual come from the previous kernel
   allow_dependent_launch();
   if constexpr (kPull) wait_for_pushes<T>(e, p.k);
+#if CUTE_OPS_GEMV_L2_AHEAD > 0
+  // The items between the ring's and the loop's first prefetch, after the wait: before it, DRAM
+  // traffic slows the kernel still running (sessions 47-48).
+  auto prefetch_item = [&](int64_t t) {
+    if (t < n_items) {
+      const int64_t unit = blockIdx.x + (t / steps_per_unit) * gridDim.x;
+      const int step = warp + static_cast<int>(t % steps_per_unit) * kWarps;
+      prefetch_weight_step(w, unit_rows<kSwiGLU>(p, unit, g), p.k, step, c);
+    }
+  };
+  for (int t = kStages - 1; t < kStages - 1 + CUTE_OPS_GEMV_L2_AHEAD; ++t) prefetch_item(t);
+#endif
 
   int64_t item = 0;
   int buffer = 0;
@@ -314,6 +349,9 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
     for (int s = 0; s < steps_per_unit; ++s, ++item) {
       const int step = warp + s * kWarps;
       copy_item(item + kStages - 1);  // into the stage this lane emptied last item
+#if CUTE_OPS_GEMV_L2_AHEAD > 0
+      prefetch_item(item + kStages - 1 + CUTE_OPS_GEMV_L2_AHEAD);
+#endif
       uint4 x[kChunks], norm_w[kChunks];
       if constexpr (kPull) {
         load_pulled_x_step<T>(x, e, token, p.k, step, c);

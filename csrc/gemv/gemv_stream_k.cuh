@@ -104,6 +104,21 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
 
   wait_for_previous_grid();  // x and residual come from the previous kernel
   allow_dependent_launch();
+#if CUTE_OPS_GEMV_L2_AHEAD > 0
+  // A second cursor, CUTE_OPS_GEMV_L2_AHEAD steps ahead of the copies' (gemv_kernel.cuh's knob).
+  int64_t pf_unit = copy_unit;
+  int pf_step = copy_step, pf_s1 = copy_s1;
+  auto prefetch_next = [&] {
+    while (pf_unit <= last_unit && pf_step >= pf_s1) {
+      if (++pf_unit <= last_unit) pf_step = piece_s0(pf_unit) + warp, pf_s1 = piece_s1(pf_unit);
+    }
+    if (pf_unit <= last_unit) {
+      prefetch_weight_step(w, unit_rows<kSwiGLU>(p, pf_unit, g), p.k, pf_step, c);
+      pf_step += kWarps;
+    }
+  };
+  for (int t = 0; t < CUTE_OPS_GEMV_L2_AHEAD; ++t) prefetch_next();
+#endif
 
   int stage = 0, buffer = 0;
 #if CUTE_OPS_GEMV_ASYNC_REDUCE >= 2
@@ -115,6 +130,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
     float sum_sq = 0.f;  // kNorm: of this lane's columns of x's row `token`, in this piece
     for (int step = s0 + warp; step < s1; step += kWarps) {
       copy_next();
+#if CUTE_OPS_GEMV_L2_AHEAD > 0
+      prefetch_next();
+#endif
       uint4 x[kChunks], norm_w[kChunks];
       load_x_step<T, kNorm>(x, norm_w, x_row, norm_weight, p.k, step, c);
       cute::cp_async_wait<kStages - 1>();  // this lane's copies of this step have landed
