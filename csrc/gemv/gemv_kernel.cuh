@@ -93,6 +93,8 @@ namespace cute_ops::gemv {
 // copy (prefetch_weight_step), so that more of W is on its way from DRAM than the ring's shared
 // memory holds. On the H200 a ring-fed gemv reads 8-11% slower than a kernel of many short CTAs
 // with plain loads (docs/perf-notes.md, session 50): the bytes in flight an SM are the suspect.
+// On 2 x H100 N = 2 made every projection slower (the 8B's B = 1 step +8%, the 70B's at TP=2 +7%,
+// session 50); the H200, where the question is, has not run it yet.
 #ifndef CUTE_OPS_GEMV_L2_AHEAD
 #define CUTE_OPS_GEMV_L2_AHEAD 0
 #endif
