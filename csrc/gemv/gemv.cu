@@ -14,6 +14,9 @@
 #if CUTE_OPS_GEMV_STREAM_K
 #include "gemv/gemv_stream_k.cuh"
 #endif
+#if CUTE_OPS_GEMV_TILES
+#include "gemv/gemv_tiles.cuh"
+#endif
 
 namespace cute_ops {
 
@@ -87,7 +90,32 @@ void launch_stream_k(const GemvParams& p, const GemvStreamKParams& sk, cudaStrea
 }
 #endif
 
+#if CUTE_OPS_GEMV_TILES
+template <typename T, bool kNorm, bool kResidual, bool kSwiGLU>
+void launch_tiles(const GemvParams& p, const GemvTileParams& t, cudaStream_t stream) {
+  auto* kernel = &gemv::gemv_tiles_kernel<T, kNorm, kResidual, kSwiGLU>;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  const int64_t ctas = gemv::num_units(p) * t.n_kt;
+  launch_dependent(device_info(device).major >= 9, kernel, dim3(static_cast<unsigned>(ctas)),
+                   dim3(gemv::kTileThreads), 0, stream, p, t);
+}
+#endif
+
 }  // namespace
+
+int64_t gemv_tiles_n_kt(const GemvParams& p, int device) {
+#if CUTE_OPS_GEMV_TILES
+  if (p.m == 0 || p.out_cols == 0) return 0;
+  if (CUTE_OPS_GEMV_TILES == 2 && gemv::num_units(p) <= gemv_slots(device)) return 0;
+  return (p.k + gemv::kTileK - 1) / gemv::kTileK;
+#else
+  (void)p, (void)device;
+  return 0;
+#endif
+}
+
+int64_t gemv_tiles_units(const GemvParams& p) { return gemv::num_units(p); }
 
 // Stream-K where the plain kernel needs more than one wave of CTAs and its busiest CTA streams at
 // least one step a warp more than an equal share would (a unit's steps go to a CTA's warps in
@@ -107,7 +135,8 @@ int64_t gemv_stream_k_ctas(const GemvParams& p, int device) {
   return plain_steps - share_steps >= gemv::kWarps ? ctas : 0;
 }
 
-void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams& e, const GemvStreamKParams& sk) {
+void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams& e, const GemvStreamKParams& sk,
+              const GemvTileParams& tiles) {
   if (p.m == 0 || p.out_cols == 0) return;
   const bool norm = p.norm_weight != nullptr, residual = p.residual != nullptr;
   const bool swiglu = p.activation == GemvActivation::kSwiGLU;
@@ -138,6 +167,12 @@ void run_gemv(const GemvParams& p, cudaStream_t stream, const GemvExchangeParams
     CUTE_OPS_BOOL_SWITCH(norm, kNorm, [&] {
       CUTE_OPS_BOOL_SWITCH(residual, kResidual, [&] {
         CUTE_OPS_BOOL_SWITCH(swiglu, kSwiGLU, [&] {
+#if CUTE_OPS_GEMV_TILES
+          if (tiles.n_kt > 0) {
+            launch_tiles<T, kNorm, kResidual, kSwiGLU>(p, tiles, stream);
+            return;
+          }
+#endif
 #if CUTE_OPS_GEMV_STREAM_K
           if (sk.ctas > 0) {
             launch_stream_k<T, kNorm, kResidual, kSwiGLU>(p, sk, stream);

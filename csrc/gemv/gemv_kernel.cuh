@@ -89,6 +89,15 @@ namespace cute_ops::gemv {
 #define CUTE_OPS_GEMV_STREAM_K 1
 #endif
 
+// 1 or 2 (experimental, off): plain calls run the tile kernel (gemv_tiles.cuh: many short CTAs, W
+// loaded straight into registers, deterministic split-K), 1 for every plain call, 2 only where the
+// plain kernel needs more than one wave of CTAs (qkv, gate/up, lm_head of the 8B; the 70B's qkv and
+// gate/up at TP=2), which is where a Triton kernel of that design streamed 8-11% faster on the H200
+// (docs/perf-notes.md, session 50). Compiled, not yet run on a GPU.
+#ifndef CUTE_OPS_GEMV_TILES
+#define CUTE_OPS_GEMV_TILES 0
+#endif
+
 // N > 0 (experimental, off): each warp also asks L2 for its step N steps beyond the ring's newest
 // copy (prefetch_weight_step), so that more of W is on its way from DRAM than the ring's shared
 // memory holds. On the H200 a ring-fed gemv reads 8-11% slower than a kernel of many short CTAs

@@ -48,6 +48,19 @@ at::Tensor gemv(const at::Tensor& x, const at::Tensor& weight, const std::option
   set_inputs(p, x, residual);
   p.out = out.data_ptr();
   const cudaStream_t stream = current_stream(x);
+  GemvTileParams tiles;
+  tiles.n_kt = static_cast<int>(gemv_tiles_n_kt(p, x.device().index()));
+  at::Tensor partials;
+  if (tiles.n_kt > 1) {  // the tiles' sums (any contents: each is written before it is read), and counters
+    const int64_t units = gemv_tiles_units(p);
+    partials = at::empty({units * tiles.n_kt * kGemvTileSlotFloats}, x.options().dtype(at::kFloat));
+    tiles.partials = partials.data_ptr<float>();
+    tiles.counters = arrival_counters(x.device().index(), stream, static_cast<size_t>(units));
+  }
+  if (tiles.n_kt > 0) {
+    run_gemv(p, stream, {}, {}, tiles);
+    return out;
+  }
   GemvStreamKParams stream_k;
   stream_k.ctas = gemv_stream_k_ctas(p, x.device().index());
   if (stream_k.ctas > 0) {  // the pieces' words, zero and left zero (common/arrival_counters.h): 2 ints a word
