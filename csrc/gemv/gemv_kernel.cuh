@@ -89,8 +89,8 @@ namespace cute_ops::gemv {
 #define CUTE_OPS_GEMV_STREAM_K 1
 #endif
 
-// 1 or 2 (experimental, off): plain calls run the tile kernel (gemv_tiles.cuh: many short CTAs, W
-// loaded straight into registers, deterministic split-K), 1 for every plain call, 2 only where the
+// 1 or 2 (experimental, off): plain calls run the tile kernel (gemv_tiles.cuh: many short CTAs, one
+// cp.async copy of their W each and no ring, deterministic split-K), 1 for every plain call, 2 only where the
 // plain kernel needs more than one wave of CTAs (qkv, gate/up, lm_head of the 8B; the 70B's qkv and
 // gate/up at TP=2), which is where a Triton kernel of that design streamed 8-11% faster on the H200
 // (docs/perf-notes.md, session 50). Compiled, not yet run on a GPU.

@@ -147,13 +147,21 @@ __global__ void __launch_bounds__(kTileThreads) gemv_tiles_kernel(const GemvPara
   const bool rows_used = 2 * c < p.m;  // lanes whose x rows are all past m hold nothing stored
   if (rows_used) *reinterpret_cast<float4*>(mine + 4 * lane) = make_float4(v[0], v[1], v[2], v[3]);
   if (kNorm && g == 0 && rows_used) *reinterpret_cast<float2*>(mine + 32 * 4 + 2 * c) = make_float2(sq[0], sq[1]);
-  __threadfence();  // the slot before the count (each lane its own stores, then the warp's barrier)
+  // The warp's stores, then one fence and the count by lane 0 (the barrier makes the other lanes'
+  // stores visible to lane 0 first, so its fence publishes them); the last arriver's fence after
+  // the count orders the slots' reads after it, and the barrier passes that to the other lanes.
   __syncwarp();
   int last = 0;
-  if (lane == 0) last = atomicAdd(t.counters + unit, 1) == t.n_kt - 1;
+  if (lane == 0) {
+    __threadfence();
+    last = atomicAdd(t.counters + unit, 1) == t.n_kt - 1;
+    if (last) {
+      __threadfence();
+      t.counters[unit] = 0;  // every tile of the unit has counted: zero again for the next call
+    }
+  }
   if (!__shfl_sync(0xffffffffu, last, 0)) return;
-  __threadfence();  // the other tiles' slots after their counts
-  if (lane == 0) t.counters[unit] = 0;  // zero again for the next call on this stream
+  __syncwarp();
   if (!rows_used) return;
   float total[4] = {0.f, 0.f, 0.f, 0.f}, total_sq[2] = {0.f, 0.f};
   for (int k_i = 0; k_i < t.n_kt; ++k_i) {
