@@ -16,12 +16,15 @@ LLaMA model's projection shapes, each graph-replayed over enough weight copies t
 import argparse
 import json
 import os
+import pathlib
 import sys
 import tempfile
 
 import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # perf/: the harness
 
 # (K, N) of W [N, K]: the 8B's projections, and the 70B's at TP=2 (each rank's half).
 SHAPES = {
@@ -59,23 +62,16 @@ def kernels():
 
 
 def graph_us(fn, calls: int) -> float:
-    """One call's time: `fn` (which makes `calls` calls) captured once, median of 5 replays."""
+    """One call's time: `fn` (which makes `calls` calls) captured once, replays timed by the
+    harness (median of its replays, as perf/run.py times)."""
+    from harness import time_graph_us
+
     fn()
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
-    g.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(5):
-        start.record()
-        g.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return sorted(times)[2]
+    return time_graph_us(g)[0] / calls
 
 
 def cublas_kernels(x: torch.Tensor, w: torch.Tensor) -> str:
