@@ -497,3 +497,11 @@ def test_gemv_tile_probe_without_a_gpu_says_so(monkeypatch, capsys):
 def test_gemv_tile_probe_refuses_an_unknown_shape():
     with pytest.raises(SystemExit):
         _tool("gemv_tile_probe").main(["--shapes", "gate_up9B"])
+
+
+def test_llama_vs_baseline_kernel_span_counts_overlaps_once():
+    tool = _tool("llama_vs_baseline")
+    # Two steps: kernels from 5 to 105 us (overlapping ones included) -> a span of 50 us a step.
+    kernels = [("a", 5, 30), ("b", 20, 60), ("c", 70, 105), ("d", 80, 90)]
+    assert tool.kernel_span_us(kernels, steps=2) == 50.0
+    assert tool.kernel_span_us([], steps=2) == 0.0

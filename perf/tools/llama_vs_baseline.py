@@ -66,17 +66,29 @@ def gaps(kernels: list[tuple[str, float, float]], steps: int) -> list[tuple[str,
                   key=lambda g: -g[2])
 
 
-def profile_step(step, steps: int) -> tuple[float, dict[str, float], dict[str, int], list]:
+def kernel_span_us(kernels: list[tuple[str, float, float]], steps: int) -> float:
+    """The profiled steps' device span a step: the first kernel's start to the last one's end. Set
+    against the event-timed step, what it lacks is time outside the kernels' span (host work before
+    the first launch, a synchronising call between steps), not gaps between kernels."""
+    if not kernels:
+        return 0.0
+    return (max(k[2] for k in kernels) - min(k[1] for k in kernels)) / steps
+
+
+def profile_step(step, steps: int) -> tuple[float, dict[str, float], dict[str, int], list, list[float]]:
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(20):
+    # 20 steps back to back, an event before each and after the last: the mean, and each step's own
+    # time (an outlier step points at an allocator's synchronising free or other host work).
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(21)]
+    for i in range(20):
+        events[i].record()
         step()
-    end.record()
+    events[20].record()
     torch.cuda.synchronize()
-    step_us = start.elapsed_time(end) * 1e3 / 20
+    step_us = events[0].elapsed_time(events[20]) * 1e3 / 20
+    each_us = [events[i].elapsed_time(events[i + 1]) * 1e3 for i in range(20)]
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()
@@ -87,7 +99,7 @@ def profile_step(step, steps: int) -> tuple[float, dict[str, float], dict[str, i
             us[kind(ev.name)] += (ev.time_range.end - ev.time_range.start) / steps
             count[kind(ev.name)] += 1
             kernels.append((ev.name, ev.time_range.start, ev.time_range.end))
-    return step_us, us, {k: v // steps for k, v in count.items()}, kernels
+    return step_us, us, {k: v // steps for k, v in count.items()}, kernels, each_us
 
 
 def main() -> None:
@@ -118,8 +130,11 @@ def main() -> None:
     sides = {"ours": profile_step(ours, args.steps), "gptfast_compile": profile_step(theirs, args.steps)}
     print(f"{torch.cuda.get_device_name()}, {args.preset} bf16, {'prefill' if args.prefill else 'decode'} B={b}, "
           f"ctx {ctx}: " + ", ".join(f"{k} {v[0]:.0f} us" for k, v in sides.items()))
-    for name, (step_us, us, count, kernels) in sides.items():
-        print(f"\n{name}: {step_us:.0f} us a step, kernels busy {sum(us.values()):.0f}\n| kernel kind | a step | us |\n|---|---|---|")
+    for name, (step_us, us, count, kernels, each_us) in sides.items():
+        each = sorted(each_us)
+        print(f"\n{name}: {step_us:.0f} us a step (steps one by one: min {each[0]:.0f}, median {each[10]:.0f}, "
+              f"max {each[-1]:.0f}); profiled steps' kernel span {kernel_span_us(kernels, args.steps):.0f} a step, "
+              f"kernels busy {sum(us.values()):.0f}\n| kernel kind | a step | us |\n|---|---|---|")
         for k, v in sorted(us.items(), key=lambda kv: -kv[1]):
             print(f"| {k} | {count[k]} | {v:.0f} |")
         if args.gaps:
