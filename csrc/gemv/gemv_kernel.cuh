@@ -92,10 +92,16 @@ namespace cute_ops::gemv {
 // 1 or 2 (experimental, off): plain calls run the tile kernel (gemv_tiles.cuh: many short CTAs, one
 // cp.async copy of their W each and no ring, deterministic split-K), 1 for every plain call, 2 only where the
 // plain kernel needs more than one wave of CTAs (qkv, gate/up, lm_head of the 8B; the 70B's qkv and
-// gate/up at TP=2), which is where a Triton kernel of that design streamed 8-11% faster on the H200
-// (docs/perf-notes.md, session 50). Compiled, not yet run on a GPU.
+// gate/up at TP=2), which is where a Triton kernel of that design (fire-and-forget atomics, no
+// deterministic hand-over) streamed 8-11% faster on the H200. Measured on the H200 (session 51): it
+// is right (test_gemv) but slower than the ring everywhere, gate/up 61.6 -> 74.7 us, lm_head 258 ->
+// 301, the 8B's B = 1 step 4324 -> 5834 us at 1, the 70B's at TP=2 19.1 -> 24.9 ms.
+// CUTE_OPS_GEMV_TILES_REGS=1 loads W into registers after the wait instead: no better (lm_head 343).
 #ifndef CUTE_OPS_GEMV_TILES
 #define CUTE_OPS_GEMV_TILES 0
+#endif
+#ifndef CUTE_OPS_GEMV_TILES_REGS
+#define CUTE_OPS_GEMV_TILES_REGS 0
 #endif
 
 // N > 0 (experimental, off): each warp also asks L2 for its step N steps beyond the ring's newest
@@ -103,7 +109,7 @@ namespace cute_ops::gemv {
 // memory holds. On the H200 a ring-fed gemv reads 8-11% slower than a kernel of many short CTAs
 // with plain loads (docs/perf-notes.md, session 50): the bytes in flight an SM are the suspect.
 // On 2 x H100 N = 2 made every projection slower (the 8B's B = 1 step +8%, the 70B's at TP=2 +7%,
-// session 50); the H200, where the question is, has not run it yet.
+// session 50), and on the H200 as well (M = 1: gate/up 62 -> 71 us, lm_head 259 -> 293; session 51).
 #ifndef CUTE_OPS_GEMV_L2_AHEAD
 #define CUTE_OPS_GEMV_L2_AHEAD 0
 #endif

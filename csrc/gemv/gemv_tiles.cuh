@@ -7,6 +7,8 @@
 // 8-11% faster than gemv_body's persistent CTAs and their cp.async ring (lm_head 4.48 against 3.99
 // TB/s; perf/tools/gemv_tile_probe.py, docs/perf-notes.md session 50). On an H100 the two are within
 // 2-5%. This is that design with gemv's fragments, its epilogue and deterministic sums.
+// Measured on the H200 (session 51): right, but slower than the ring on every projection, in both
+// forms (gemv_kernel.cuh's knob has the numbers; docs/perf-notes.md, session 51).
 //
 // Work split. CTA b takes unit b / n_kt (16 rows of W, as in gemv_body) and k tile b % n_kt: its
 // kTileWarps warps take one 128-column step each (kStepK), so a tile is 512 columns. Every lane
@@ -40,6 +42,15 @@ constexpr int kTileWarps = 4;
 constexpr int kTileThreads = kTileWarps * 32;
 constexpr int kTileK = kTileWarps * kStepK;  // 512 columns of W a CTA
 static_assert(kGemvTileSlotFloats == 32 * 4 + kGemvMaxRows, "gemv.h's tile slot size");
+
+// 16 bytes of a stream read once: not kept in L1, an L2 prefetch of the 256 bytes around it.
+__device__ __forceinline__ uint4 load_streamed_16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
 
 // The outputs of one unit from its summed fragments (gemv_body's epilogue, for the tile kernel's
 // reducing lanes): inv_rms from the x^2 sums, SwiGLU, the residual after rounding.
@@ -77,28 +88,41 @@ __global__ void __launch_bounds__(kTileThreads) gemv_tiles_kernel(const GemvPara
   const UnitRows rows = unit_rows<kSwiGLU>(p, unit, g);
   const T* w = static_cast<const T*>(p.weight);
 
+#if CUTE_OPS_GEMV_TILES_REGS
+  // Probe form (CUTE_OPS_GEMV_TILES_REGS): W straight into registers after the wait, no shared
+  // memory for it, as the Triton tile kernel loads it (more CTAs an SM). ptxas still issues the 8
+  // loads in two or three groups between the mmas.
+  wait_for_previous_grid();  // x and residual come from the previous kernel
+  allow_dependent_launch();
+  uint4 w_lo[kChunks], w_hi[kChunks];
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    const int col = chunk_col(step, i, c);
+    const bool in = col < p.k;
+    w_lo[i] = load_streamed_16(w + rows.lo * p.k + (in ? col : 0));  // unconditional: all 8 issue first
+    w_hi[i] = load_streamed_16(w + rows.hi * p.k + (in ? col : 0));
+    if (!in) w_lo[i] = w_hi[i] = make_uint4(0, 0, 0, 0);
+  }
+#else
   // W does not depend on the previous kernel: its copies go out before the wait. cp.async into
   // shared memory, as gemv_body's ring: ptxas keeps those before griddepcontrol.wait, where it sank
   // plain (ld.global.nc) loads into registers past it. Each lane's 8 chunks in its own slots.
   __shared__ uint4 s_w[kSlots][kTileThreads];
-#if CUTE_OPS_GEMV_EVICT_FIRST
-  const uint64_t policy = sm80::l2_evict_first_policy();
-#endif
+  // No L2 cache policy here (gemv_body's copies carry evict_first): with this kernel's static shared
+  // memory, ptxas (CUDA 13.0) puts the shared base and the policy in one uniform register pair
+  // (LDGSTS [R+URx], desc[URx]), and the H200 faults on it with an illegal instruction (session 51,
+  // compute-sanitizer at this copy; dynamic shared memory compiles to the same pair).
 #pragma unroll
   for (int i = 0; i < kChunks; ++i) {
     const int col = chunk_col(step, i, c);
     const bool in = col < p.k;  // k is a multiple of 8: a chunk is wholly in or out (zero-filled)
-#if CUTE_OPS_GEMV_EVICT_FIRST
-    sm80::cp_async_16_hinted<256>(&s_w[i][threadIdx.x], w + rows.lo * p.k + (in ? col : 0), in, policy);
-    sm80::cp_async_16_hinted<256>(&s_w[kChunks + i][threadIdx.x], w + rows.hi * p.k + (in ? col : 0), in, policy);
-#else
     sm80::cp_async_16<256>(&s_w[i][threadIdx.x], w + rows.lo * p.k + (in ? col : 0), in);
     sm80::cp_async_16<256>(&s_w[kChunks + i][threadIdx.x], w + rows.hi * p.k + (in ? col : 0), in);
-#endif
   }
   cute::cp_async_fence();
   wait_for_previous_grid();  // x and residual come from the previous kernel
   allow_dependent_launch();
+#endif
 
   const int token = g < p.m ? g : p.m - 1;  // rows of x past m repeat the last one (not stored)
   const T* x_row = static_cast<const T*>(p.x) + token * p.x_row_stride;
@@ -106,11 +130,17 @@ __global__ void __launch_bounds__(kTileThreads) gemv_tiles_kernel(const GemvPara
   load_x_step<T, kNorm>(x, norm_w, x_row, static_cast<const T*>(p.norm_weight), p.k, step, c);
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   float sum_sq = 0.f;  // kNorm: of this lane's columns of x's row `token`
+#if !CUTE_OPS_GEMV_TILES_REGS
   cute::cp_async_wait<0>();  // this lane's chunks have landed (each lane reads only its own slots)
   asm volatile("" ::: "memory");
+#endif
 #pragma unroll
   for (int i = 0; i < kChunks; ++i) {
+#if CUTE_OPS_GEMV_TILES_REGS
+    const uint4 lo = w_lo[i], hi = w_hi[i];
+#else
     const uint4 lo = s_w[i][threadIdx.x], hi = s_w[kChunks + i][threadIdx.x];
+#endif
     uint4 b = x[i];
     if constexpr (kNorm) {
       sum_sq += sum_of_squares<T>(b);
