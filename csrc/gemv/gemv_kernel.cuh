@@ -97,6 +97,8 @@ namespace cute_ops::gemv {
 // is right (test_gemv) but slower than the ring everywhere, gate/up 61.6 -> 74.7 us, lm_head 258 ->
 // 301, the 8B's B = 1 step 4324 -> 5834 us at 1, the 70B's at TP=2 19.1 -> 24.9 ms.
 // CUTE_OPS_GEMV_TILES_REGS=1 loads W into registers after the wait instead: no better (lm_head 343).
+// The Triton kernel given this kernel's hand-over loses its lead too (7-13%: gemv_tile_probe.py's
+// tile_gemv_det), so the lead was its atomics'.
 #ifndef CUTE_OPS_GEMV_TILES
 #define CUTE_OPS_GEMV_TILES 0
 #endif

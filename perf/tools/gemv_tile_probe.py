@@ -10,6 +10,9 @@ LLaMA model's projection shapes, each graph-replayed over enough weight copies t
   (zeroed first, in the timing). Not deterministic and no epilogue: a bound on what a design of
   many short CTAs and plain loads streams at, for comparison with `cute_ops.gemv`'s persistent
   ring-fed kernel (perf/run.py's gemv rows; docs/perf-notes.md, session 50).
+- `tile_gemv_det`: tile_gemv 16x512 with a deterministic hand-over in place of the atomic add (the
+  tile's sums stored, a counted arrival, the unit's last tile sums the tiles in k order), as
+  csrc/gemv/gemv_tiles.cuh does: what that hand-over costs a design of short CTAs (session 51).
 
     python perf/tools/gemv_tile_probe.py [--shapes gate_up70B_tp2,lm_head8B]
 """
@@ -58,7 +61,29 @@ def kernels():
         xv = tl.load(x + k).to(tl.float32)
         tl.atomic_add(out + r, tl.sum(t * xv[None, :], axis=1), sem="relaxed")
 
-    return tiles_read, tile_gemv
+    @triton.jit
+    def tile_gemv_det(w, x, out, parts, counters, K, BR: tl.constexpr, C: tl.constexpr):
+        # tile_gemv with a deterministic hand-over instead of the atomic add: the tile's sums
+        # stored, a barrier, a counted arrival (acq_rel, a returned value); the unit's last tile sums
+        # the stored tiles in k order and writes the output, then zeroes the counter.
+        pid = tl.program_id(0)
+        nk = K // C
+        unit = pid // nk
+        kt = pid % nk
+        r = unit.to(tl.int64) * BR + tl.arange(0, BR)
+        k = kt * C + tl.arange(0, C)
+        t = tl.load(w + r[:, None] * K + k[None, :]).to(tl.float32)
+        xv = tl.load(x + k).to(tl.float32)
+        tl.store(parts + (unit.to(tl.int64) * nk + kt) * BR + tl.arange(0, BR), tl.sum(t * xv[None, :], axis=1))
+        tl.debug_barrier()
+        if tl.atomic_add(counters + unit, 1, sem="acq_rel") == nk - 1:
+            total = tl.zeros([BR], dtype=tl.float32)
+            for j in range(0, nk):
+                total += tl.load(parts + (unit.to(tl.int64) * nk + j) * BR + tl.arange(0, BR), cache_modifier=".cg")
+            tl.store(out + r, total)
+            tl.atomic_xchg(counters + unit, 0, sem="relaxed")
+
+    return tiles_read, tile_gemv, tile_gemv_det
 
 
 def graph_us(fn, calls: int) -> float:
@@ -96,10 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("gemv_tile_probe.py: no GPU here; it times kernels on one")
         return 0
-    tiles_read, tile_gemv = kernels()
+    tiles_read, tile_gemv, tile_gemv_det = kernels()
     print(f"{torch.cuda.get_device_name()}: TB/s of weight bytes, M = 1")
-    print("| shape | cublas | tiles_read C=512 | tile_gemv 16x512 | tile_gemv 32x512 | tile_gemv 64x256 | cuBLAS's kernels |")
-    print("|---|---|---|---|---|---|---|")
+    print("| shape | cublas | tiles_read C=512 | tile_gemv 16x512 | tile_gemv 32x512 | tile_gemv 64x256 "
+          "| tile_gemv_det 16x512 | cuBLAS's kernels |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in args.shapes.split(","):
         k, n = SHAPES[name]
         copies = max(2, (4 << 30) // (k * n * 2))  # 4 GiB of weights: far beyond L2
@@ -123,6 +149,16 @@ def main(argv: list[str] | None = None) -> int:
             err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
             if err > 1e-4:  # fp32 sums of bf16 products: ~1e-7 relative; a wrong tile is O(1)
                 sys.exit(f"{name}: tile_gemv {br}x{c} is wrong (max error {err:.1e} of the largest output)")
+        parts = torch.empty(n * (k // 512), device="cuda")
+        counters = torch.zeros(n // 16, dtype=torch.int32, device="cuda")
+        det = lambda w: tile_gemv_det[(n // 16 * (k // 512),)](w, x, out, parts, counters, k, BR=16, C=512,  # noqa: E731
+                                                               num_warps=4)
+        row.append(rate(graph_us(lambda: [det(w) for w in ws], copies)))
+        out.fill_(float("nan"))
+        det(ws[0])
+        err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+        if not err <= 1e-4:
+            sys.exit(f"{name}: tile_gemv_det is wrong (max error {err:.1e} of the largest output)")
         print(f"| {name} | " + " | ".join(f"{v:.3f}" for v in row) + f" | {cublas_kernels(x[None], ws[0])} |",
               flush=True)
         del ws
