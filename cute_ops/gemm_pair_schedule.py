@@ -108,16 +108,18 @@ class Schedule:
         """The GEMM0 units `tile` must wait for (every K-split of each producer tile): at "row"
         granularity every GEMM0 tile of its row block; at "tile" granularity only those producing
         the h columns its K-split reads."""
+        return [Tile(0, tile.m, j, s) for j in self.producer_columns(tile) for s in range(self.splits0)]
+
+    def producer_columns(self, tile: Tile) -> range:
+        """The GEMM0 tile columns (in `tile`'s row block) of producers(tile)."""
         if tile.gemm == 0:
-            return []
+            return range(0)
         if self.granularity == "row":
-            cols = range(self.n0_tiles)
-        else:
-            k = self.tiling.split_k1 or self.shape.h_width
-            first = tile.split * k // self.h_cols_per_tile0
-            last = min(self.n0_tiles, math.ceil(min((tile.split + 1) * k, self.shape.h_width) / self.h_cols_per_tile0))
-            cols = range(first, last)
-        return [Tile(0, tile.m, j, s) for j in cols for s in range(self.splits0)]
+            return range(self.n0_tiles)
+        k = self.tiling.split_k1 or self.shape.h_width
+        first = tile.split * k // self.h_cols_per_tile0
+        last = min(self.n0_tiles, math.ceil(min((tile.split + 1) * k, self.shape.h_width) / self.h_cols_per_tile0))
+        return range(first, last)
 
     def wait_count(self, tile: Tile) -> int:
         """What the kernel's consumer compares its flag against: the number of producer tiles (each
@@ -149,11 +151,28 @@ def check_order(s: Schedule) -> None:
     extra = set(s.order) - _all_tiles(s)
     if missing or extra:
         raise ValueError(f"the order misses {len(missing)} tiles and has {len(extra)} unknown ones")
-    ticket = s.ticket()
-    for t in s.order:
-        for p in s.producers(t):
-            if ticket[p] >= ticket[t]:
-                raise ValueError(f"{t} (ticket {ticket[t]}) waits for {p} (ticket {ticket[p]}), which comes later")
+    # A tile comes after all its producers when it comes after the latest of them. Every producer
+    # set is all K-splits of some GEMM0 tile columns of one row block (producer_columns), so the
+    # latest split of each (row block, column) and, for "row" granularity, of each row block, are
+    # enough: linear in the tiles rather than tiles x producers.
+    latest: dict[tuple[int, int], tuple[int, Tile]] = {}  # (m, n) of a GEMM0 tile -> its latest split
+    for i, t in enumerate(s.order):
+        if t.gemm == 0 and i > latest.get((t.m, t.n), (-1, t))[0]:
+            latest[(t.m, t.n)] = (i, t)
+    latest_in_row: dict[int, tuple[int, Tile]] = {}
+    for (m, _), entry in latest.items():
+        if entry[0] > latest_in_row.get(m, (-1, entry[1]))[0]:
+            latest_in_row[m] = entry
+    for i, t in enumerate(s.order):
+        cols = s.producer_columns(t)
+        if not cols:
+            continue
+        if s.granularity == "row":
+            at, p = latest_in_row[t.m]
+        else:
+            at, p = max(latest[(t.m, j)] for j in cols)
+        if at >= i:
+            raise ValueError(f"{t} (ticket {i}) waits for {p} (ticket {at}), which comes later")
 
 
 def make_schedule(shape: PairShape, tiling: Tiling, policy: str, granularity: str = "tile",

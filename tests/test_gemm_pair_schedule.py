@@ -129,3 +129,31 @@ def test_an_order_breaking_the_rule_is_rejected_and_deadlocks():
     assert simulate(bad, 1, durations, producers=s.producers).deadlocked
     # With enough slots for everything it is merely slow: the hazard depends on residency.
     assert not simulate(bad, len(bad), durations, producers=s.producers).deadlocked
+
+
+def _violates_by_definition(s) -> bool:
+    """The rule as stated, pair by pair: some tile's producer has a later ticket."""
+    ticket = s.ticket()
+    return any(ticket[p] >= ticket[t] for t in s.order for p in s.producers(t))
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_check_order_agrees_with_the_rule_pair_by_pair(granularity):
+    # check_order looks only at the latest split of each producer column (linear in the tiles); on
+    # orders broken by random moves it must reject exactly those the pairwise rule rejects.
+    rng = random.Random(granularity)
+    s = make_schedule(PairShape(m=100, **SMALL), Tiling(split_k1=128, split_k0=96), "sequential", granularity)
+    rejected = accepted = 0
+    for _ in range(300):
+        order = list(s.order)
+        for _ in range(rng.choice([1, 2, 5])):  # move a few tiles to random places
+            order.insert(rng.randrange(len(order)), order.pop(rng.randrange(len(order))))
+        moved = type(s)(s.shape, s.tiling, s.policy, s.granularity, tuple(order))
+        if _violates_by_definition(moved):
+            rejected += 1
+            with pytest.raises(ValueError, match="comes later"):
+                check_order(moved)
+        else:
+            accepted += 1
+            check_order(moved)
+    assert rejected > 30 and accepted > 30  # both outcomes exercised
