@@ -13,6 +13,8 @@ LLaMA model's projection shapes, each graph-replayed over enough weight copies t
 - `tile_gemv_det`: tile_gemv 16x512 with a deterministic hand-over in place of the atomic add (the
   tile's sums stored, a counted arrival, the unit's last tile sums the tiles in k order), as
   csrc/gemv/gemv_tiles.cuh does: what that hand-over costs a design of short CTAs (session 51).
+- `tile_gemv_2pass`: the same tiles with no hand-over: each stores its sums and ends, and a second
+  launch adds each row's k tiles in order (deterministic; both launches timed).
 
     python perf/tools/gemv_tile_probe.py [--shapes gate_up70B_tp2,lm_head8B]
 """
@@ -83,7 +85,27 @@ def kernels():
             tl.store(out + r, total)
             tl.atomic_xchg(counters + unit, 0, sem="relaxed")
 
-    return tiles_read, tile_gemv, tile_gemv_det
+    @triton.jit
+    def tile_gemv_parts(w, x, parts, N, K, BR: tl.constexpr, C: tl.constexpr):
+        # tile_gemv's tiles with no hand-over at all: each stores its sums into parts[kt, rows]
+        # and ends; sum_parts adds them up in a second launch.
+        pid = tl.program_id(0)
+        nk = K // C
+        r = (pid // nk).to(tl.int64) * BR + tl.arange(0, BR)
+        k = (pid % nk) * C + tl.arange(0, C)
+        t = tl.load(w + r[:, None] * K + k[None, :]).to(tl.float32)
+        xv = tl.load(x + k).to(tl.float32)
+        tl.store(parts + (pid % nk).to(tl.int64) * N + r, tl.sum(t * xv[None, :], axis=1))
+
+    @triton.jit
+    def sum_parts(parts, out, N, NK, B: tl.constexpr):
+        r = tl.program_id(0).to(tl.int64) * B + tl.arange(0, B)
+        total = tl.zeros([B], dtype=tl.float32)
+        for j in range(0, NK):  # in k order: deterministic
+            total += tl.load(parts + j * N + r, mask=r < N)
+        tl.store(out + r, total, mask=r < N)
+
+    return tiles_read, tile_gemv, tile_gemv_det, tile_gemv_parts, sum_parts
 
 
 def graph_us(fn, calls: int) -> float:
@@ -121,11 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("gemv_tile_probe.py: no GPU here; it times kernels on one")
         return 0
-    tiles_read, tile_gemv, tile_gemv_det = kernels()
+    tiles_read, tile_gemv, tile_gemv_det, tile_gemv_parts, sum_parts = kernels()
     print(f"{torch.cuda.get_device_name()}: TB/s of weight bytes, M = 1")
     print("| shape | cublas | tiles_read C=512 | tile_gemv 16x512 | tile_gemv 32x512 | tile_gemv 64x256 "
-          "| tile_gemv_det 16x512 | cuBLAS's kernels |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| tile_gemv_det 16x512 | tile_gemv_2pass 16x512 | cuBLAS's kernels |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in args.shapes.split(","):
         k, n = SHAPES[name]
         copies = max(2, (4 << 30) // (k * n * 2))  # 4 GiB of weights: far beyond L2
@@ -159,6 +181,17 @@ def main(argv: list[str] | None = None) -> int:
         err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
         if not err <= 1e-4:
             sys.exit(f"{name}: tile_gemv_det is wrong (max error {err:.1e} of the largest output)")
+        two_parts = torch.empty(k // 512 * n, device="cuda")
+
+        def two_pass(w):
+            tile_gemv_parts[(n // 16 * (k // 512),)](w, x, two_parts, n, k, BR=16, C=512, num_warps=4)
+            sum_parts[(-(-n // 256),)](two_parts, out, n, k // 512, B=256, num_warps=4)
+        row.append(rate(graph_us(lambda: [two_pass(w) for w in ws], copies)))
+        out.fill_(float("nan"))
+        two_pass(ws[0])
+        err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+        if not err <= 1e-4:
+            sys.exit(f"{name}: tile_gemv_2pass is wrong (max error {err:.1e} of the largest output)")
         print(f"| {name} | " + " | ".join(f"{v:.3f}" for v in row) + f" | {cublas_kernels(x[None], ws[0])} |",
               flush=True)
         del ws
