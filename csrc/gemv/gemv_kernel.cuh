@@ -82,6 +82,12 @@ namespace cute_ops::gemv {
 #define CUTE_OPS_GEMV_EVICT_FIRST 1
 #endif
 
+// The L2 prefetch of W's copies (cp.async's L2::256B): 256 bytes around each 16-byte chunk, so that
+// a row's next 192 bytes come in the same DRAM burst; 0: none (an A/B knob).
+#ifndef CUTE_OPS_GEMV_L2_PREFETCH
+#define CUTE_OPS_GEMV_L2_PREFETCH 256
+#endif
+
 // 1: plain calls whose units load the CTA slots unevenly run the stream-K kernel (gemv_stream_k.cuh,
 // gemv_stream_k_ctas): 2 x H200, a B = 1 step of the 8B 4463 -> 4410 us, of the 70B at TP=2
 // 19972 -> 19259 us (docs/perf-notes.md, session 45). 0: the plain kernel only.
@@ -209,11 +215,11 @@ __device__ __forceinline__ void copy_weight_step(uint4* ring, int stage, const T
     const int col = chunk_col(step, i, c);
     const bool in = col < k;  // k is a multiple of 8: a chunk is wholly in or out
 #if CUTE_OPS_GEMV_EVICT_FIRST
-    sm80::cp_async_16_hinted<256>(ring_slot(ring, stage, i), w + rows.lo * k + (in ? col : 0), in, policy);
-    sm80::cp_async_16_hinted<256>(ring_slot(ring, stage, kChunks + i), w + rows.hi * k + (in ? col : 0), in, policy);
+    sm80::cp_async_16_hinted<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, i), w + rows.lo * k + (in ? col : 0), in, policy);
+    sm80::cp_async_16_hinted<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, kChunks + i), w + rows.hi * k + (in ? col : 0), in, policy);
 #else
-    sm80::cp_async_16<256>(ring_slot(ring, stage, i), w + rows.lo * k + (in ? col : 0), in);
-    sm80::cp_async_16<256>(ring_slot(ring, stage, kChunks + i), w + rows.hi * k + (in ? col : 0), in);
+    sm80::cp_async_16<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, i), w + rows.lo * k + (in ? col : 0), in);
+    sm80::cp_async_16<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, kChunks + i), w + rows.hi * k + (in ? col : 0), in);
 #endif
   }
 }

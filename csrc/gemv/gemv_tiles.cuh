@@ -116,8 +116,8 @@ __global__ void __launch_bounds__(kTileThreads) gemv_tiles_kernel(const GemvPara
   for (int i = 0; i < kChunks; ++i) {
     const int col = chunk_col(step, i, c);
     const bool in = col < p.k;  // k is a multiple of 8: a chunk is wholly in or out (zero-filled)
-    sm80::cp_async_16<256>(&s_w[i][threadIdx.x], w + rows.lo * p.k + (in ? col : 0), in);
-    sm80::cp_async_16<256>(&s_w[kChunks + i][threadIdx.x], w + rows.hi * p.k + (in ? col : 0), in);
+    sm80::cp_async_16<CUTE_OPS_GEMV_L2_PREFETCH>(&s_w[i][threadIdx.x], w + rows.lo * p.k + (in ? col : 0), in);
+    sm80::cp_async_16<CUTE_OPS_GEMV_L2_PREFETCH>(&s_w[kChunks + i][threadIdx.x], w + rows.hi * p.k + (in ? col : 0), in);
   }
   cute::cp_async_fence();
   wait_for_previous_grid();  // x and residual come from the previous kernel
