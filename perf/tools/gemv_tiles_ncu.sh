@@ -3,8 +3,9 @@
 # CUTE_OPS_GEMV_TILES=1) beside the Triton kernel of the same tiles and hand-over
 # (gemv_tile_probe.py's tile_gemv_det), one launch each at the 8B's gate/up (K 4096, N 28672,
 # M = 1) after a warm-up, L2 flushed before it (ncu's default): where the 20% between the two goes
-# (docs/perf-notes.md, session 51). For a device run after a build of the gemv family with the knob;
-# reports go to $OUT. ncu leaves the clocks alone (--clock-control none).
+# (docs/perf-notes.md, session 51), with the warps' largest stall reasons (added after the run
+# there, not yet run). For a device run after a build of the gemv family with the knob; reports go
+# to $OUT. ncu leaves the clocks alone (--clock-control none).
 #   CUTE_OPS_FAMILIES=gemv NVCC_APPEND_FLAGS=-DCUTE_OPS_GEMV_TILES=1 pip install --no-build-isolation -e .
 #   bash perf/tools/gemv_tiles_ncu.sh
 set -u
@@ -15,6 +16,7 @@ for which in ours triton; do
   ncu --clock-control none -k "$kernel" --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
       --section SchedulerStats --section LaunchStats --section Occupancy \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
       -o "$out/gemv_tiles_$which" -f \
       python3 - "$which" <<'PY' >"$out/run_$which.log" 2>&1
 import pathlib
@@ -43,5 +45,7 @@ PY
   echo "== $which"
   ncu --import "$out/gemv_tiles_$which.ncu-rep" --page details --print-units base 2>/dev/null |
     grep -E "Duration|Memory Throughput|DRAM Throughput|L2 Hit Rate|Registers Per|Shared Memory Config|Static Shared|Achieved Occupancy|Theoretical Occupancy|Block Limit|Issued Ipc|No Eligible|Warp Cycles Per Issued|Active Warps Per|Eligible Warps" | head -30
+  ncu --import "$out/gemv_tiles_$which.ncu-rep" --page raw --print-units base 2>/dev/null |
+    grep -E "issue_stalled_.*_per_issue_active" | sort -k3 -g -r | head -8  # the largest stall reasons
   grep -iE "error|Traceback" "$out/run_$which.log" | head -5
 done
