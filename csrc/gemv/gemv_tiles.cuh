@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kTileThreads) gemv_tiles_kernel(const GemvPara
   for (int i = 0; i < kChunks; ++i) {
     const int col = chunk_col(step, i, c);
     const bool in = col < p.k;
-    w_lo[i] = load_streamed_16(w + rows.lo * p.k + (in ? col : 0));  // unconditional: all 8 issue first
+    w_lo[i] = load_streamed_16(w + rows.lo * p.k + (in ? col : 0));  // unconditional (clamped address)
     w_hi[i] = load_streamed_16(w + rows.hi * p.k + (in ? col : 0));
     if (!in) w_lo[i] = w_hi[i] = make_uint4(0, 0, 0, 0);
   }
