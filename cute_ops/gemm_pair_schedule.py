@@ -155,14 +155,11 @@ def check_order(s: Schedule) -> None:
     # set is all K-splits of some GEMM0 tile columns of one row block (producer_columns), so the
     # latest split of each (row block, column) and, for "row" granularity, of each row block, are
     # enough: linear in the tiles rather than tiles x producers.
-    latest: dict[tuple[int, int], tuple[int, Tile]] = {}  # (m, n) of a GEMM0 tile -> its latest split
-    for i, t in enumerate(s.order):
-        if t.gemm == 0 and i > latest.get((t.m, t.n), (-1, t))[0]:
-            latest[(t.m, t.n)] = (i, t)
+    # (m, n) of a GEMM0 tile -> (ticket, tile) of its latest split: a later split overwrites.
+    latest = {(t.m, t.n): (i, t) for i, t in enumerate(s.order) if t.gemm == 0}
     latest_in_row: dict[int, tuple[int, Tile]] = {}
     for (m, _), entry in latest.items():
-        if entry[0] > latest_in_row.get(m, (-1, entry[1]))[0]:
-            latest_in_row[m] = entry
+        latest_in_row[m] = max(latest_in_row.get(m, entry), entry)
     for i, t in enumerate(s.order):
         cols = s.producer_columns(t)
         if not cols:
