@@ -109,21 +109,6 @@ struct FlashFwdKernelSm90 {
         const ForwardTile t = Scheduler::tile(sched, idx);
         const SeqInfo seq(p, t.bidb);
         const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
-#if CUTE_OPS_FLASH_FWD_SM90_EARLY_FETCH
-        // Build knob (an experiment, off: docs/perf-notes.md, issue 16 candidate 3): ask for the
-        // next tile before the last two key blocks' loads, so the counter's L2 round trip overlaps
-        // them instead of stalling the thread between this tile's loads and the next tile's Q.
-        int next_idx = sched.tiles;
-        auto fetch = [&] { next_idx = Scheduler::next(sched, idx); };
-        if (blocks.n_max > 0) {
-          Mainloop::load(params.mainloop, p, seq, t.m_block, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v, write,
-                         q_slot, storage, fetch);
-        } else {
-          cutlass::arch::ClusterBarrier::arrive(&storage.q_full[q_slot.stage]);
-          fetch();
-        }
-        idx = next_idx;
-#else
         if (blocks.n_max > 0) {
           Mainloop::load(params.mainloop, p, seq, t.m_block, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v, write,
                          q_slot, storage);
@@ -131,7 +116,6 @@ struct FlashFwdKernelSm90 {
           cutlass::arch::ClusterBarrier::arrive(&storage.q_full[q_slot.stage]);
         }
         idx = Scheduler::next(sched, idx);
-#endif
       }
       Scheduler::finish(sched);
       return;

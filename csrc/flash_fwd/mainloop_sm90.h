@@ -101,14 +101,9 @@ struct MainloopSm90 {
   // Producer, one thread, per tile: Q into q_slot's buffer (which the consumers are done with:
   // the caller waited), then K and V of blocks n_max - 1 down to 0, of sequence `seq`, into the
   // rings where `write` left them after the previous tile.
-  // on_last (at most one callable, the scheduler's early fetch under a build knob: flash_fwd_kernel_sm90.h)
-  // runs before the loads of the tile's second-last key block (its only one, if it has one).
-  template <typename... OnLast>
   __device__ static void load(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int m_block,
                               int bidb, int bidh, const Blocks& blocks, Pipeline& pipeline_k, Pipeline& pipeline_v,
-                              PipelineState& write, typename Traits::QSlot q_slot, SharedStorage& storage,
-                              OnLast&&... on_last) {
-    static_assert(sizeof...(OnLast) <= 1);
+                              PipelineState& write, typename Traits::QSlot q_slot, SharedStorage& storage) {
     const int bidh_k = bidh / (p.h / p.h_k);
     const TmaExtents x(p);
     const int batch = p.cu_seqlens_q ? 0 : bidb;
@@ -142,9 +137,6 @@ struct MainloopSm90 {
     copy(params.tma_q.with(*q_full), tQgQ, tQsQ);
 #pragma unroll 1
     for (int n_block = blocks.n_max - 1; n_block >= 0; --n_block) {
-      if constexpr (sizeof...(OnLast) > 0) {
-        if (n_block == (blocks.n_max > 1 ? 1 : 0)) (on_last(), ...);
-      }
       pipeline_k.producer_acquire(write);
       copy(params.tma_k.with(*pipeline_k.producer_get_barrier(write)), tKgK(_, _, _, n_block),
            tKsK(_, _, _, write.index()));

@@ -18,12 +18,8 @@
 //       each block comes from DRAM about once. (24 MB sections, whose heads' m-blocks spread
 //       over three waves, hit L2 66% of the time at 2k keys against 83% for 8 MB, on an H100.)
 //     - Causal: the longest tiles (last query blocks) of a section first, so the kernel ends on
-//       short tiles. With the build knob CUTE_OPS_FLASH_FWD_SM90_CAUSAL_TAIL=1 (an experiment,
-//       off: docs/perf-notes.md, issue 16 candidate 4) the `tail` shortest query blocks of every
-//       head leave their sections and come last, longest first across all heads, so the last
-//       waves are short whatever the section size (the balance model, perf/tools/
-//       flash_fwd_schedule.py's "tail" column, gives 0.98-0.99 where the sections alone give
-//       0.88-0.96).
+//       short tiles. (Moving every head's shortest query blocks after all sections measured no
+//       better on an H200: docs/perf-notes.md, session 52.)
 //     The counter ([0] of two in TileSchedulerParams::counters) is the work's own
 //     (arrival_counters.h): the last CTA to finish ([1] counts them) sets both back to zero.
 #include <algorithm>
@@ -32,19 +28,6 @@
 #include <cuda_runtime_api.h>
 
 #include "flash_fwd/flash_fwd.h"
-
-// Experiments, off (docs/perf-notes.md, issue 16 candidates 3 and 4): the causal tail (below) and
-// the producer's early fetch of its next tile (flash_fwd_kernel_sm90.h).
-#ifndef CUTE_OPS_FLASH_FWD_SM90_CAUSAL_TAIL
-#define CUTE_OPS_FLASH_FWD_SM90_CAUSAL_TAIL 0
-#endif
-#ifndef CUTE_OPS_FLASH_FWD_SM90_EARLY_FETCH
-#define CUTE_OPS_FLASH_FWD_SM90_EARLY_FETCH 0
-#endif
-#if CUTE_OPS_FLASH_FWD_SM90_CAUSAL_TAIL
-#include "common/cuda_check.h"
-#include "common/device_info.h"
-#endif
 
 namespace cute_ops::flash {
 
@@ -59,9 +42,6 @@ struct TileSchedulerParams {
   int bh;        // batch x heads
   int section;   // (batch, head) pairs in an L2 section (DynamicTileScheduler)
   int* counters; // DynamicTileScheduler: tiles handed out after the first wave, CTAs done
-#if CUTE_OPS_FLASH_FWD_SM90_CAUSAL_TAIL
-  int tail;      // causal: the shortest query blocks of every head, ordered after all sections
-#endif
 };
 
 // The K and V bytes an L2 section holds, in MB, without and with the causal mask (build knobs
@@ -89,13 +69,6 @@ inline TileSchedulerParams tile_scheduler_params(const FlashFwdParams& p, int he
   const int64_t per_q_head = std::max<int64_t>(1, kv_bytes / std::max(1, p.h / p.h_k));
   const int64_t section_mb = causal ? CUTE_OPS_FLASH_FWD_SM90_L2_SECTION_MB_CAUSAL : CUTE_OPS_FLASH_FWD_SM90_L2_SECTION_MB;
   s.section = static_cast<int>(std::clamp<int64_t>((section_mb << 20) / per_q_head, 1, s.bh));
-#if CUTE_OPS_FLASH_FWD_SM90_CAUSAL_TAIL
-  // About two waves of the shortest tiles: ceil(2 x SMs / heads) query blocks of every head.
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  const int waves2 = 2 * device_info(device).sms;
-  s.tail = causal ? std::min(s.m_blocks, (waves2 + s.bh - 1) / s.bh) : 0;
-#endif
   return s;
 }
 
@@ -129,21 +102,6 @@ struct DynamicTileScheduler {
     }
   }
   __device__ static ForwardTile tile(const TileSchedulerParams& s, int idx) {
-#if CUTE_OPS_FLASH_FWD_SM90_CAUSAL_TAIL
-    if constexpr (kIsCausal) {
-      const int head_blocks = s.m_blocks - s.tail, head_tiles = head_blocks * s.bh;
-      if (idx >= head_tiles) {  // the tail: query block tail-1 of every head, then tail-2, ...
-        const int r = idx - head_tiles, bh = r % s.bh;
-        return {s.tail - 1 - r / s.bh, bh / s.heads, bh % s.heads};
-      }
-      const int section_tiles = s.section * head_blocks;
-      const int section = idx / section_tiles, first_bh = section * s.section;
-      const int width = min(s.section, s.bh - first_bh);
-      const int r = idx - section * section_tiles;
-      const int bh = first_bh + r % width;
-      return {s.m_blocks - 1 - r / width, bh / s.heads, bh % s.heads};
-    }
-#endif
     const int section_tiles = s.section * s.m_blocks;
     const int section = idx / section_tiles, first_bh = section * s.section;
     const int width = min(s.section, s.bh - first_bh);  // the last section may be narrower

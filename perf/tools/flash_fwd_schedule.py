@@ -8,9 +8,9 @@ mean CTA's busy time over the longest one's (1.0 = every CTA ends together), for
     static, then each CTA takes the next tile when it has AHEAD blocks of its current one left;
   - alternating: the scheduler it replaced (ea4610c): rounds of one tile a CTA, alternating
     direction, causal sections alternating longest-first and shortest-first.
-  - tail (causal): the dynamic scheduler with the build knob CUTE_OPS_FLASH_FWD_SM90_CAUSAL_TAIL=1,
-    the shortest ceil(2 x SMS / heads) query blocks of every head ordered last, longest first.
-The model has no L2 in it: the section size's other effect (docs/perf-notes.md) is measured.
+The model has no L2 in it: the section size's other effect (docs/perf-notes.md) is measured. Nor
+does it see a tile's loads: a schedule it rated 0.98 against 0.88 (every head's shortest query
+blocks last) measured no faster on an H200 (session 52).
 Usage:
     python perf/tools/flash_fwd_schedule.py [D:S[:causal][:llama] ...]   e.g. 128:16384:causal
 (the grid's shapes: 16k tokens a batch, 2048 / D heads; llama: 32 query heads sharing 8, one
@@ -31,26 +31,16 @@ def tile_config(d: int) -> tuple[int, int]:
     return (192 if d == 64 else 128), (64 if d == 256 else 128)
 
 
-def order(m_blocks: int, bh: int, section: int, causal: bool, alternate_sections: bool, tail: int = 0) -> list[int]:
-    """Each tile's query block, in the scheduler's order (heads in sections, query-block-major);
-    causal with `tail`: the `tail` shortest query blocks of every head after all sections."""
+def order(m_blocks: int, bh: int, section: int, causal: bool, alternate_sections: bool) -> list[int]:
+    """Each tile's query block, in the scheduler's order (heads in sections, query-block-major)."""
     sections = -(-bh // section)
     out = []
-    head_blocks = m_blocks - tail if causal else m_blocks
     for sec in range(sections):
         width = min(section, bh - sec * section)
         longest_first = causal and (not alternate_sections or (sections - 1 - sec) % 2 == 0)
-        for m in range(head_blocks):
+        for m in range(m_blocks):
             out += [m_blocks - 1 - m if longest_first else m] * width
-    if causal:
-        for m in range(tail):
-            out += [tail - 1 - m] * bh
     return out
-
-
-def causal_tail(m_blocks: int, bh: int) -> int:
-    """The knob's tail: about two waves of the shortest tiles (tile_scheduler_sm90.h)."""
-    return min(m_blocks, -(-2 * SMS // bh))
 
 
 def cost(m: int, m_blocks: int, causal: bool, block_m: int, block_n: int) -> float:
@@ -92,13 +82,8 @@ def main(specs: list[str]) -> None:
             section = max(1, min(bh, (mb << 20) // per_q_head))
             dyn = [cost(m, m_blocks, causal, block_m, block_n) for m in order(m_blocks, bh, section, causal, False)]
             alt = [cost(m, m_blocks, causal, block_m, block_n) for m in order(m_blocks, bh, section, causal, True)]
-            cell = f"{mb} MB ({section} heads): dynamic {balance_dynamic(dyn):.3f} " \
-                   f"alternating {balance_alternating(alt):.3f}"
-            if causal:
-                tail = [cost(m, m_blocks, causal, block_m, block_n)
-                        for m in order(m_blocks, bh, section, causal, False, causal_tail(m_blocks, bh))]
-                cell += f" tail {balance_dynamic(tail):.3f}"
-            row.append(cell)
+            row.append(f"{mb} MB ({section} heads): dynamic {balance_dynamic(dyn):.3f} "
+                       f"alternating {balance_alternating(alt):.3f}")
         print(f"{spec:>22}  " + "  |  ".join(row))
 
 
