@@ -66,8 +66,15 @@ struct FlashFwdTileConfigSm90<64, E>
 template <typename E> struct FlashFwdTileConfigSm90<96, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<96, 128, 128, 2, E>;
 };
+// Head dim 128's K/V ring depth, a build knob for A/B runs: three stages (192 KB) leave room for
+// one Q buffer with O staged in it (kernel_traits_sm90.h decides that from the budget) instead of
+// two Q buffers and O's own; the short lengths starve for K/V as head dim 64's do (perf-notes,
+// session 52), but step 8's second Q buffer gained 7% at 512.
+#ifndef CUTE_OPS_FLASH_FWD_SM90_D128_STAGES
+#define CUTE_OPS_FLASH_FWD_SM90_D128_STAGES 2
+#endif
 template <typename E> struct FlashFwdTileConfigSm90<128, E> : TwoConsumerRegisters {
-  using Traits = FlashFwdTraitsSm90<128, 128, 128, 2, E>;
+  using Traits = FlashFwdTraitsSm90<128, 128, 128, CUTE_OPS_FLASH_FWD_SM90_D128_STAGES, E>;
 };
 template <typename E> struct FlashFwdTileConfigSm90<256, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<256, 128, 64, 2, E>;
