@@ -23,14 +23,15 @@ namespace flash {
 // head dim (docs/perf-notes.md, issue 16, has the measurements):
 //   64: 192 query rows in three consumer groups (at this head dim the softmax costs about as
 //       much as the GEMMs, so each group's softmax runs under two others' GEMMs), 128-key
-//       blocks, two stages (2 x Q 24 KB + O 24 KB + K 32 KB + V 32 KB); S 64, P 32 and O 32 a thread
-//       in 160 registers. Two groups of 64 rows ran at 0.95-0.98x cuDNN on an H100.
+//       blocks, two stages (2 x Q 24 KB + O 24 KB + K 32 KB + V 32 KB; the stages are a build
+//       knob below); S 64, P 32 and O 32 a thread in 160 registers. Two groups of 64 rows ran at
+//       0.95-0.98x cuDNN on an H100.
 // The others: two consumer groups of 64 rows, 24 registers a producer thread and 240 a consumer
 // thread.
 //   96: 128-key blocks, two stages (2 x Q 24 KB + O 24 KB + K 48 KB + V 48 KB; 64-byte swizzle
 //       atoms, since a 192-byte row holds no whole 128-byte one); S 64 and O 48 floats a thread.
-//   128: 128-key blocks, two stages (2 x Q 32 KB + O 32 KB + K 64 KB + V 64 KB); S and O 64 floats
-//        a thread.
+//   128: 128-key blocks, two stages (2 x Q 32 KB + O 32 KB + K 64 KB + V 64 KB; the stages are a
+//        build knob below); S and O 64 floats a thread.
 //   256: 64-key blocks, two stages (Q 64 KB, O staged there + K 64 KB + V 64 KB); O 128 and S 32
 //        floats a thread. (80-key blocks would fit too, but wgmma's N = 80 is one of CuTe's "extended"
 //        shapes, off by default: the selector then took 5 instructions of N = 16.)
@@ -69,7 +70,9 @@ template <typename E> struct FlashFwdTileConfigSm90<96, E> : TwoConsumerRegister
 // Head dim 128's K/V ring depth, a build knob for A/B runs: three stages (192 KB) leave room for
 // one Q buffer with O staged in it (kernel_traits_sm90.h decides that from the budget) instead of
 // two Q buffers and O's own; the short lengths starve for K/V as head dim 64's do (perf-notes,
-// session 52), but step 8's second Q buffer gained 7% at 512.
+// session 52), but step 8's second Q buffer gained 7% at 512. With one buffer the producer waits
+// for a tile's O store before the next tile's Q and K/V loads (as at head dim 256), so an A/B of
+// 3 against 2 measures the deeper ring and the lost cross-tile prefetch together.
 #ifndef CUTE_OPS_FLASH_FWD_SM90_D128_STAGES
 #define CUTE_OPS_FLASH_FWD_SM90_D128_STAGES 2
 #endif
