@@ -166,9 +166,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // done there made paged caches 9% slower than contiguous ones at the same addresses (H200,
   // session 28).
 #if CUTE_OPS_DECODE_EARLY_PAGES
-  if (p.block_table != nullptr && (tile_begin * kBlockN + warp * Traits::kWarpKeys) / p.page_size >= 64) {
-    pages.start(p, bidb, tile_begin * kBlockN + warp * Traits::kWarpKeys, lane);  // warp-uniform
-  }
+  const int first_key = tile_begin * kBlockN + warp * Traits::kWarpKeys;
+  if (p.block_table != nullptr && first_key / p.page_size >= 64) pages.start(p, bidb, first_key, lane);  // warp-uniform
 #else
   PageWindow pages;
   pages.start(p, bidb, tile_begin * kBlockN + warp * Traits::kWarpKeys, lane);

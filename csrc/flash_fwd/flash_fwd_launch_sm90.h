@@ -54,7 +54,7 @@ struct ThreeConsumerRegisters {
 #endif
 static_assert(CUTE_OPS_FLASH_FWD_SM90_D64_ROWS == 192 || CUTE_OPS_FLASH_FWD_SM90_D64_ROWS == 128);
 // Head dim 64's K/V ring depth, a build knob for A/B runs: at 192 rows two stages take 136 KB of
-// shared memory, so up to four fit (200 KB); at short lengths every tile's first blocks come from
+// shared memory, four 201 KB with both Q buffers (five fit with one); at short lengths every tile's first blocks come from
 // DRAM (ncu at B 32 x 512 causal: 46% L2 hits, the tensor pipe 33% active against 58% at 16k).
 #ifndef CUTE_OPS_FLASH_FWD_SM90_D64_STAGES
 #define CUTE_OPS_FLASH_FWD_SM90_D64_STAGES 2
