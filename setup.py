@@ -137,7 +137,6 @@ def extensions():
     from torch.utils.cpp_extension import CUDA_HOME, CppExtension, CUDAExtension
 
     bindings = schema_sources()
-    cxx_flags = ["-O3"]
     cuda_ok = torch.version.cuda is not None and CUDA_HOME is not None
     if os.environ.get("CUTE_OPS_CPU_ONLY") == "1" or not cuda_ok:
         why = "CUTE_OPS_CPU_ONLY=1" if cuda_ok else (
@@ -156,7 +155,7 @@ def extensions():
     log(f"CUDA {torch.version.cuda}, families {fams}, {len(sources)} translation units")
     nvcc_flags = NVCC_FLAGS + gencode_flags(os.environ.get("CUTE_OPS_ARCHS", DEFAULT_ARCHS))
     return [CUDAExtension("cute_ops._C", sources, include_dirs=[str(CSRC), str(cutlass)],
-                          extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags})]
+                          extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags})]
 
 
 def main() -> None:

@@ -3,8 +3,7 @@
 # CUTE_OPS_GEMV_TILES=1) beside the Triton kernel of the same tiles and hand-over
 # (gemv_tile_probe.py's tile_gemv_det), one launch each at the 8B's gate/up (K 4096, N 28672,
 # M = 1) after a warm-up, L2 flushed before it (ncu's default): where the 20% between the two goes
-# (docs/perf-notes.md, session 51), with the warps' largest stall reasons (added after the run
-# there, not yet run). For a device run after a build of the gemv family with the knob; reports go
+# (docs/perf-notes.md, sessions 51 and 52), with the warps' largest stall reasons. For a device run after a build of the gemv family with the knob; reports go
 # to $OUT. ncu leaves the clocks alone (--clock-control none).
 #   CUTE_OPS_FAMILIES=gemv NVCC_APPEND_FLAGS=-DCUTE_OPS_GEMV_TILES=1 pip install --no-build-isolation -e .
 #   bash perf/tools/gemv_tiles_ncu.sh
