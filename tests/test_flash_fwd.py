@@ -387,6 +387,16 @@ def test_flash_fwd_long_sequences(seqlen_q, seqlen_k, causal, head_dim, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seqlen_q", [1000, 1152])
+def test_head_dim_64_causal_takes_either_tile(seqlen_q, dtype):
+    # On Hopper, head dim 64's causal calls of 1000 queries run 128-row tiles with five K/V stages
+    # (192-row tiles would pad them to 1152), those of 1152 192-row tiles with four
+    # (flash_fwd_launch_sm90.h's takes_short_causal_tile): one call of each.
+    _run_and_check(*_qkv(2, seqlen_q, seqlen_q + 31, 4, 2, 64, dtype), causal=True)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
 def test_many_tiles_per_cta(causal, head_dim):

@@ -23,15 +23,15 @@ namespace flash {
 // head dim (docs/perf-notes.md, issue 16, has the measurements):
 //   64: 192 query rows in three consumer groups (at this head dim the softmax costs about as
 //       much as the GEMMs, so each group's softmax runs under two others' GEMMs), 128-key
-//       blocks, two stages (2 x Q 24 KB + O 24 KB + K 32 KB + V 32 KB; the stages are a build
-//       knob below); S 64, P 32 and O 32 a thread in 160 registers. Two groups of 64 rows ran at
-//       0.95-0.98x cuDNN on an H100.
+//       blocks, four stages (2 x Q 24 KB + O 24 KB + K 64 KB + V 64 KB); S 64, P 32 and O 32 a
+//       thread in 160 registers. Two groups of 64 rows ran at 0.95-0.98x cuDNN on an H100. Some
+//       causal calls of short queries take 128 rows and five stages (below).
 // The others: two consumer groups of 64 rows, 24 registers a producer thread and 240 a consumer
 // thread.
 //   96: 128-key blocks, two stages (2 x Q 24 KB + O 24 KB + K 48 KB + V 48 KB; 64-byte swizzle
 //       atoms, since a 192-byte row holds no whole 128-byte one); S 64 and O 48 floats a thread.
-//   128: 128-key blocks, two stages (2 x Q 32 KB + O 32 KB + K 64 KB + V 64 KB; the stages are a
-//        build knob below); S and O 64 floats a thread.
+//   128: 128-key blocks, two stages (2 x Q 32 KB + O 32 KB + K 64 KB + V 64 KB); S and O 64 floats
+//        a thread. (Three stages fit only with one Q buffer, O staged there: -10 to -18% at 512.)
 //   256: 64-key blocks, two stages (Q 64 KB, O staged there + K 64 KB + V 64 KB); O 128 and S 32
 //        floats a thread. (80-key blocks would fit too, but wgmma's N = 80 is one of CuTe's "extended"
 //        shapes, off by default: the selector then took 5 instructions of N = 16.)
@@ -47,37 +47,47 @@ struct TwoConsumerRegisters {
 struct ThreeConsumerRegisters {
   static constexpr int kLoadRegs = 32, kMmaRegs = 160;
 };
-// Head dim 64's query rows, a build knob for A/B runs (192, or 128 on two groups as the other
-// head dims: the causal diagonal's waste is smaller there; docs/perf-notes.md).
+// Head dim 64's tile: query rows (192 on three consumer groups, or 128 on two as the other head
+// dims) and K/V ring depth. Short queries starve for K/V: at 512 keys each (batch, head) has its
+// own K and V, half of every tile's loads come from DRAM and the tensor pipe idles (ncu at
+// B 32 x 512 causal: 46% L2 hits, the pipe 33% active against 58% at 16k). So the ring is deep:
+// at 192 rows four stages take 201 KB with both Q buffers (two took 136 KB), at 128 rows five
+// take 208 KB. Four against two on an H200: +8.5% at 512 keys, +3.5% at 2k, +1% at 16k.
+template <int kRows, int kStages, typename E>
+struct FlashFwdD64ConfigSm90 : std::conditional_t<kRows == 192, ThreeConsumerRegisters, TwoConsumerRegisters> {
+  static_assert(kRows == 192 || kRows == 128, "head dim 64 runs 192 rows on three consumer groups or 128 on two");
+  using Traits = FlashFwdTraitsSm90<64, kRows, 128, kStages, E>;
+};
+// The general config's rows and stages, build knobs for A/B runs.
 #ifndef CUTE_OPS_FLASH_FWD_SM90_D64_ROWS
 #define CUTE_OPS_FLASH_FWD_SM90_D64_ROWS 192
 #endif
-static_assert(CUTE_OPS_FLASH_FWD_SM90_D64_ROWS == 192 || CUTE_OPS_FLASH_FWD_SM90_D64_ROWS == 128);
-// Head dim 64's K/V ring depth, a build knob for A/B runs: at 192 rows two stages take 136 KB of
-// shared memory, four 201 KB with both Q buffers (five fit with one); at short lengths every tile's first blocks come from
-// DRAM (ncu at B 32 x 512 causal: 46% L2 hits, the tensor pipe 33% active against 58% at 16k).
 #ifndef CUTE_OPS_FLASH_FWD_SM90_D64_STAGES
-#define CUTE_OPS_FLASH_FWD_SM90_D64_STAGES 2
+#define CUTE_OPS_FLASH_FWD_SM90_D64_STAGES 4
 #endif
 template <typename E>
 struct FlashFwdTileConfigSm90<64, E>
-    : std::conditional_t<CUTE_OPS_FLASH_FWD_SM90_D64_ROWS == 192, ThreeConsumerRegisters, TwoConsumerRegisters> {
-  using Traits = FlashFwdTraitsSm90<64, CUTE_OPS_FLASH_FWD_SM90_D64_ROWS, 128, CUTE_OPS_FLASH_FWD_SM90_D64_STAGES, E>;
-};
+    : FlashFwdD64ConfigSm90<CUTE_OPS_FLASH_FWD_SM90_D64_ROWS, CUTE_OPS_FLASH_FWD_SM90_D64_STAGES, E> {};
+// Causal calls of up to this many queries take 128 rows and five stages where 192-row tiles would
+// pad the queries by more than a sixteenth over 128-row ones (takes_short_causal_tile below); 0
+// turns that off. On an H200 (TFLOP/s, bf16, 192 x 4 against 128 x 5): 512 queries 208-213
+// against 226 (the 192-row tiles pad to 576), 768 286 against 270 (no padding), 1024 276 against
+// 304 (1152), 1280 320 against 318 (1344), 1536 355 against 330, 2048 377 against 357, 16k 497
+// against 439. Padding aside, 192 rows gain more the longer the queries, hence the cap.
+#ifndef CUTE_OPS_FLASH_FWD_SM90_D64_SHORT_CAUSAL_MAX_Q
+#define CUTE_OPS_FLASH_FWD_SM90_D64_SHORT_CAUSAL_MAX_Q 2048
+#endif
+inline bool takes_short_causal_tile(int seqlen_q) {
+  const long rows_192 = (seqlen_q + 191L) / 192 * 192, rows_128 = (seqlen_q + 127L) / 128 * 128;
+  return seqlen_q <= CUTE_OPS_FLASH_FWD_SM90_D64_SHORT_CAUSAL_MAX_Q && 16 * rows_192 > 17 * rows_128;
+}
+template <typename E>
+using FlashFwdShortCausalConfigSm90 = FlashFwdD64ConfigSm90<128, 5, E>;
 template <typename E> struct FlashFwdTileConfigSm90<96, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<96, 128, 128, 2, E>;
 };
-// Head dim 128's K/V ring depth, a build knob for A/B runs: three stages (192 KB) leave room for
-// one Q buffer with O staged in it (kernel_traits_sm90.h decides that from the budget) instead of
-// two Q buffers and O's own; the short lengths starve for K/V as head dim 64's do (perf-notes,
-// session 52), but step 8's second Q buffer gained 7% at 512. With one buffer the producer waits
-// for a tile's O store before the next tile's Q and K/V loads (as at head dim 256), so an A/B of
-// 3 against 2 measures the deeper ring and the lost cross-tile prefetch together.
-#ifndef CUTE_OPS_FLASH_FWD_SM90_D128_STAGES
-#define CUTE_OPS_FLASH_FWD_SM90_D128_STAGES 2
-#endif
 template <typename E> struct FlashFwdTileConfigSm90<128, E> : TwoConsumerRegisters {
-  using Traits = FlashFwdTraitsSm90<128, 128, 128, CUTE_OPS_FLASH_FWD_SM90_D128_STAGES, E>;
+  using Traits = FlashFwdTraitsSm90<128, 128, 128, 2, E>;
 };
 template <typename E> struct FlashFwdTileConfigSm90<256, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<256, 128, 64, 2, E>;
@@ -131,6 +141,12 @@ void launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
 
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_flash_fwd_sm90_(const FlashFwdParams& p, cudaStream_t stream) {
+  if constexpr (kHeadDim == 64 && kIsCausal && CUTE_OPS_FLASH_FWD_SM90_D64_SHORT_CAUSAL_MAX_Q > 0) {
+    if (flash::takes_short_causal_tile(p.seqlen_q)) {  // the longest sequence's length, when varlen
+      flash::launch_flash_fwd_sm90<flash::KernelSm90For<flash::FlashFwdShortCausalConfigSm90<Element>, true>>(p, stream);
+      return;
+    }
+  }
   flash::launch_flash_fwd_sm90<flash::KernelSm90For<flash::FlashFwdTileConfigSm90<kHeadDim, Element>, kIsCausal>>(
       p, stream);
 }

@@ -7,7 +7,7 @@
 #   VARIANTS="1:1:1" bash perf/tools/flash_fwd_variants.sh          # overlap, ping-pong, persistent: on
 #   VARIANTS="1:1:0 0:0:1" bash perf/tools/flash_fwd_variants.sh 128:16384 128:2048
 #   EXTRA_FLAGS="-DCUTE_OPS_FLASH_FWD_SM90_L2_SECTION_MB=8" bash perf/tools/flash_fwd_variants.sh 128:2048
-#   EXTRA_FLAGS="-DCUTE_OPS_FLASH_FWD_SM90_D64_STAGES=4" bash perf/tools/flash_fwd_variants.sh 64:512 64:2048:causal
+#   EXTRA_FLAGS="-DCUTE_OPS_FLASH_FWD_SM90_D64_STAGES=2" bash perf/tools/flash_fwd_variants.sh 64:512 64:2048:causal
 # Each variant's build replaces the editable install's extension, so run the quick tool right after
 # its build (as here), or from a copy of the tree with its own PYTHONPATH: perf/tools/flash_fwd_quick.py
 # imports cute_ops through the installed package.
