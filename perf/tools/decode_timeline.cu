@@ -1,5 +1,5 @@
-// Per-CTA timeline of flash_decode's kernels on a contiguous bf16 cache (Hq 32, Hkv 8, D 128,
-// one token): the global timer at entry, after the PDL wait, when the first tile landed, when the
+// Per-CTA timeline of flash_decode's kernels on a contiguous or paged bf16 cache (Hq 32, Hkv 8,
+// D 128, one token): the global timer at entry, after the PDL wait, when the first tile landed, when the
 // main loop ended and at the end of each CTA (the last split's merge included); next to a plain
 // read of the same K and V bytes. How the epilogue, merge and ramp costs in docs/perf-notes.md
 // were found. Needs a GPU; not part of the extension:
@@ -7,11 +7,16 @@
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr --use_fast_math -DNDEBUG \
 //        -gencode=arch=compute_90a,code=sm_90a -Icsrc -Ithird_party/cutlass/include \
 //        perf/tools/decode_timeline.cu -o build/decode_timeline
-//   build/decode_timeline BATCH LENGTH SPLITS FLUSH   # FLUSH: 0 memset (dirty L2), 1 read, 2 none
+//   build/decode_timeline BATCH LENGTH SPLITS FLUSH [PAGE]
+// FLUSH: 0 memset (dirty L2), 1 read, 2 none. PAGE: rows a page (a multiple of 16 dividing LENGTH):
+// the sequences' pages shuffled over the pool, as perf/cases_decode.py's paged cases; 0 or none:
+// contiguous.
 #define CUTE_OPS_DECODE_TRACE
-#include <cstdio>
-#include <vector>
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
 #include <cuda_bf16.h>
 #include "flash_decode/flash_decode_launch.h"
 
@@ -51,6 +56,22 @@ int main(int argc, char** argv) {
   p.k_cache = k; p.v_cache = v;
   p.k_page_stride = p.v_page_stride = (size_t)L * HK * D; p.k_row_stride = p.v_row_stride = HK * D;
   p.k_head_stride = p.v_head_stride = D; p.block_table = nullptr; p.max_pages = 1; p.page_size = L; p.num_pages = B;
+  const int page = argc > 5 ? atoi(argv[5]) : 0;
+  if (page > 0) {  // the same bytes as pages of `page` rows, each sequence's pages scattered over the pool
+    if (page % 16 != 0 || L % page != 0) {
+      fprintf(stderr, "PAGE must be a multiple of 16 that divides LENGTH\n");
+      return 2;
+    }
+    const int per_seq = L / page, pool = B * per_seq;
+    std::vector<int> table(pool);
+    for (int i = 0; i < pool; ++i) table[i] = i;
+    std::shuffle(table.begin(), table.end(), std::mt19937(1234));
+    int* d_table;
+    cudaMalloc(&d_table, pool * 4);
+    cudaMemcpy(d_table, table.data(), pool * 4, cudaMemcpyHostToDevice);
+    p.block_table = d_table; p.block_table_stride = per_seq; p.max_pages = per_seq;
+    p.k_page_stride = p.v_page_stride = (size_t)page * HK * D; p.page_size = page; p.num_pages = pool;
+  }
   p.cache_seqlens = lens; p.seqlen_new = 0;
   p.o = o; p.o_batch_stride = H * D; p.o_row_stride = H * D; p.o_head_stride = D; p.lse = lse;
   p.o_partial = op; p.lse_partial = lp; p.split_counters = counters;
@@ -89,7 +110,7 @@ int main(int argc, char** argv) {
     for (int b = 0; b < nblk; ++b) { t0 = std::min(t0, tr[b * 8]); tend = std::max(tend, tr[b * 8 + 4]); }
     std::vector<double> c[5];
     for (int b = 0; b < nblk; ++b) for (int i = 0; i < 5; ++i) c[i].push_back((tr[b * 8 + i] - t0) / 1e3);
-    printf("B%d L%d s%d: event %.1f us, first entry->last end %.1f us, %.2f TB/s\n", B, L, splits, ms * 1e3,
+    printf("B%d L%d s%d %s: event %.1f us, first entry->last end %.1f us, %.2f TB/s\n", B, L, splits, page > 0 ? "paged" : "contiguous", ms * 1e3,
            (tend - t0) / 1e3, 2.0 * cache_elems * 2 / ((tend - t0) * 1e3));
     if (it < 4) continue;
     const char* nm[5] = {"entry", "after-wait", "tile0-landed", "loop-done", "end"};
