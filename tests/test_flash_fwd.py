@@ -392,8 +392,9 @@ def test_flash_fwd_long_sequences(seqlen_q, seqlen_k, causal, head_dim, dtype):
 def test_head_dim_64_causal_takes_either_tile(seqlen_q, dtype):
     # On Hopper, head dim 64's causal calls of 1000 queries run 128-row tiles with five K/V stages
     # (192-row tiles would pad them to 1152), those of 1152 192-row tiles with four
-    # (flash_fwd_launch_sm90.h's takes_short_causal_tile): one call of each.
-    _run_and_check(*_qkv(2, seqlen_q, seqlen_q + 31, 4, 2, 64, dtype), causal=True)
+    # (flash_fwd_launch_sm90.h's takes_short_causal_tile): one call of each, with several hundred
+    # tiles, so that each persistent CTA carries its pipelines over many of them in either config.
+    _run_and_check(*_qkv(3, seqlen_q, seqlen_q + 31, 32, 8, 64, dtype), causal=True)
 
 
 @pytest.mark.gpu

@@ -51,8 +51,8 @@ struct ThreeConsumerRegisters {
 // dims) and K/V ring depth. Short queries starve for K/V: at 512 keys each (batch, head) has its
 // own K and V, half of every tile's loads come from DRAM and the tensor pipe idles (ncu at
 // B 32 x 512 causal: 46% L2 hits, the pipe 33% active against 58% at 16k). So the ring is deep:
-// at 192 rows four stages take 201 KB with both Q buffers (two took 136 KB), at 128 rows five
-// take 208 KB. Four against two on an H200: +8.5% at 512 keys, +3.5% at 2k, +1% at 16k.
+// at 192 rows four stages take 201 KB with both Q buffers (two took 137 KB), at 128 rows five
+// take 209 KB (kernel_traits_sm90.h's SharedStorage, barriers included). Four against two on an H200: +8.5% at 512 keys, +3.5% at 2k, +1% at 16k.
 template <int kRows, int kStages, typename E>
 struct FlashFwdD64ConfigSm90 : std::conditional_t<kRows == 192, ThreeConsumerRegisters, TwoConsumerRegisters> {
   static_assert(kRows == 192 || kRows == 128, "head dim 64 runs 192 rows on three consumer groups or 128 on two");
@@ -71,7 +71,7 @@ struct FlashFwdTileConfigSm90<64, E>
 // Causal calls of up to this many queries take 128 rows and five stages where 192-row tiles would
 // pad the queries by more than a sixteenth over 128-row ones (takes_short_causal_tile below); 0
 // turns that off. On an H200 (TFLOP/s, bf16, 192 x 4 against 128 x 5): 512 queries 208-213
-// against 226 (the 192-row tiles pad to 576), 768 286 against 270 (no padding), 1024 276 against
+// against 226 (the 192-row tiles pad to 576), 768 276-286 against 270 (no padding), 1024 276 against
 // 304 (1152), 1280 320 against 318 (1344), 1536 355 against 330, 2048 377 against 357, 16k 497
 // against 439. Padding aside, 192 rows gain more the longer the queries, hence the cap.
 #ifndef CUTE_OPS_FLASH_FWD_SM90_D64_SHORT_CAUSAL_MAX_Q
@@ -142,7 +142,7 @@ void launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
 template <typename Element, int kHeadDim, bool kIsCausal>
 void run_flash_fwd_sm90_(const FlashFwdParams& p, cudaStream_t stream) {
   if constexpr (kHeadDim == 64 && kIsCausal && CUTE_OPS_FLASH_FWD_SM90_D64_SHORT_CAUSAL_MAX_Q > 0) {
-    if (flash::takes_short_causal_tile(p.seqlen_q)) {  // the longest sequence's length, when varlen
+    if (flash::takes_short_causal_tile(p.seqlen_q)) {  // varlen: the caller's bound, max_seqlen_q
       flash::launch_flash_fwd_sm90<flash::KernelSm90For<flash::FlashFwdShortCausalConfigSm90<Element>, true>>(p, stream);
       return;
     }
