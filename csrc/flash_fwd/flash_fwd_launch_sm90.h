@@ -52,7 +52,8 @@ struct ThreeConsumerRegisters {
 // own K and V, half of every tile's loads come from DRAM and the tensor pipe idles (ncu at
 // B 32 x 512 causal: 46% L2 hits, the pipe 33% active against 58% at 16k). So the ring is deep:
 // at 192 rows four stages take 201 KB with both Q buffers (two took 137 KB), at 128 rows five
-// take 209 KB (kernel_traits_sm90.h's SharedStorage, barriers included). Four against two on an H200: +8.5% at 512 keys, +3.5% at 2k, +1% at 16k.
+// take 209 KB (kernel_traits_sm90.h's SharedStorage, barriers included). Four against two on an
+// H200: +8.5% at 512 keys, +3.5% at 2k, +1% at 16k.
 template <int kRows, int kStages, typename E>
 struct FlashFwdD64ConfigSm90 : std::conditional_t<kRows == 192, ThreeConsumerRegisters, TwoConsumerRegisters> {
   static_assert(kRows == 192 || kRows == 128, "head dim 64 runs 192 rows on three consumer groups or 128 on two");
