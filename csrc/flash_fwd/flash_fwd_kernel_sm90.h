@@ -107,11 +107,9 @@ struct FlashFwdKernelSm90 {
           break;
         }
         const ForwardTile t = Scheduler::tile(sched, idx);
-#if CUTE_OPS_FLASH_FWD_SM90_TILE_IN_SLOT
         storage.tile_coord[q_slot.stage][0] = t.m_block;  // before the arrival, as tile_idx
         storage.tile_coord[q_slot.stage][1] = t.bidb;
         storage.tile_coord[q_slot.stage][2] = t.bidh;
-#endif
         const SeqInfo seq(p, t.bidb);
         const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
         if (blocks.n_max > 0) {
@@ -134,12 +132,8 @@ struct FlashFwdKernelSm90 {
       cutlass::arch::ClusterTransactionBarrier::wait(&storage.q_full[q_slot.stage], q_slot.phase);
       const int idx = storage.tile_idx[q_slot.stage];
       if (idx >= sched.tiles) break;
-#if CUTE_OPS_FLASH_FWD_SM90_TILE_IN_SLOT
-      const int* coord = storage.tile_coord[q_slot.stage];
+      const int* coord = storage.tile_coord[q_slot.stage];  // decoded by the producer
       const ForwardTile t{coord[0], coord[1], coord[2]};
-#else
-      const ForwardTile t = Scheduler::tile(sched, idx);
-#endif
       const SeqInfo seq(p, t.bidb);
       const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
       if (blocks.n_max <= 0) {  // no query of this tile sees a key

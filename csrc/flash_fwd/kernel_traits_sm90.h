@@ -13,13 +13,6 @@
 #include <cutlass/pipeline/pipeline.hpp>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
-// The producer hands each tile over decoded (query block, batch, head beside its number), a build
-// knob for A/B runs (off: the consumers decode the number themselves, Scheduler::tile, whose run-time
-// divisions sit between a tile's Q landing and its first wgmma).
-#ifndef CUTE_OPS_FLASH_FWD_SM90_TILE_IN_SLOT
-#define CUTE_OPS_FLASH_FWD_SM90_TILE_IN_SLOT 0
-#endif
-
 namespace cute_ops::flash {
 
 using namespace cute;
@@ -111,9 +104,9 @@ struct FlashFwdTraitsSm90 {
     alignas(8) uint64_t q_full[kQStages];   // a tile's Q has landed (transaction barrier)
     alignas(8) uint64_t q_empty[kQStages];  // the consumers are done with it (every consumer thread arrives)
     int tile_idx[kQStages];                 // the tile of the buffer's Q (the scheduler's number)
-#if CUTE_OPS_FLASH_FWD_SM90_TILE_IN_SLOT
-    int tile_coord[kQStages][3];            // that tile's (m_block, bidb, bidh)
-#endif
+    // That tile decoded, (m_block, bidb, bidh), by the producer: the decode's run-time divisions
+    // stay off the consumers' path between a tile's Q landing and its first wgmma.
+    int tile_coord[kQStages][3];
   };
   // The Q buffer and barrier phase of the n-th Q tile a CTA loads (or computes).
   struct QSlot {

@@ -25,15 +25,6 @@
 #include "flash_fwd/seq_info.h"
 #include "flash_fwd/tma_layout.h"
 
-// L2 cache hints on the producer's TMA loads, a build knob for A/B runs (off: every load
-// EVICT_NORMAL, as without a hint). On, Q is read once a tile (EVICT_FIRST) while a kv head's K
-// and V serve every query tile of its heads in the L2 section (EVICT_LAST), as FlashAttention-3
-// hints them. At short lengths about half the loads miss L2 (ncu at 512 keys: 46-58% hits,
-// docs/perf-notes.md, session 52).
-#ifndef CUTE_OPS_FLASH_FWD_SM90_CACHE_HINTS
-#define CUTE_OPS_FLASH_FWD_SM90_CACHE_HINTS 0
-#endif
-
 namespace cute_ops::flash {
 
 using namespace cute;
@@ -143,19 +134,14 @@ struct MainloopSm90 {
     // as the next sequence's: no predication here (TmaExtents says why neither matters).
     uint64_t* q_full = &storage.q_full[q_slot.stage];
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(q_full, Traits::kQBytes);
-#if CUTE_OPS_FLASH_FWD_SM90_CACHE_HINTS
-    constexpr TMA::CacheHintSm90 kHintQ = TMA::CacheHintSm90::EVICT_FIRST, kHintKV = TMA::CacheHintSm90::EVICT_LAST;
-#else
-    constexpr TMA::CacheHintSm90 kHintQ = TMA::CacheHintSm90::EVICT_NORMAL, kHintKV = kHintQ;  // no hint
-#endif
-    copy(params.tma_q.with(*q_full, 0, kHintQ), tQgQ, tQsQ);
+    copy(params.tma_q.with(*q_full), tQgQ, tQsQ);
 #pragma unroll 1
     for (int n_block = blocks.n_max - 1; n_block >= 0; --n_block) {
       pipeline_k.producer_acquire(write);
-      copy(params.tma_k.with(*pipeline_k.producer_get_barrier(write), 0, kHintKV), tKgK(_, _, _, n_block),
+      copy(params.tma_k.with(*pipeline_k.producer_get_barrier(write)), tKgK(_, _, _, n_block),
            tKsK(_, _, _, write.index()));
       pipeline_v.producer_acquire(write);
-      copy(params.tma_v.with(*pipeline_v.producer_get_barrier(write), 0, kHintKV), tVgV(_, _, _, n_block),
+      copy(params.tma_v.with(*pipeline_v.producer_get_barrier(write)), tVgV(_, _, _, n_block),
            tVsV(_, _, _, write.index()));
       ++write;
     }
