@@ -85,9 +85,10 @@ struct FlashFwdKernelSm90 {
     __syncthreads();  // every thread sees the initialised barriers
 
     // The producer picks the tiles and hands each to the consumers with its Q: the tile's number
-    // goes into the Q buffer's tile_idx slot before the arrival on q_full, and a number >= tiles
-    // ends the consumers' loop. Tiles with no queries are skipped there; a tile whose queries see
-    // no key (n_max <= 0) is handed over with no Q (a plain arrival), for store_empty.
+    // and its decoded coordinates go into the Q buffer's tile_idx and tile_coord slots before the
+    // arrival on q_full, and a number >= tiles ends the consumers' loop. Tiles with no queries are
+    // skipped there; a tile whose queries see no key (n_max <= 0) is handed over with no Q (a
+    // plain arrival), for store_empty.
     const TileSchedulerParams& sched = params.scheduler;
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegs>();

@@ -3,7 +3,8 @@
 // Both schedulers number the tiles 0..tiles-1; a CTA starts at first() and asks next() for
 // another until it gets one >= tiles. Only the producer thread calls next() (and finish(), once,
 // after its last call); it hands each tile to the consumers with the tile's Q (the kernel's
-// tile_idx slots). tile() says what a number is. The kernel is the same for both
+// tile_idx and tile_coord slots). tile() says what a number is (the producer calls it, so its
+// divisions stay off the consumers' path). The kernel is the same for both
 // (CUTE_OPS_FLASH_FWD_SM90_PERSISTENT).
 //
 //   StaticTileScheduler: one tile a CTA, a grid of all of them, the query tiles of a head
