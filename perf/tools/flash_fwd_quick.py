@@ -3,9 +3,10 @@ forced kind's output against a float64 reference on small odd shapes first (a wr
 not timed), then TFLOP/s of the automatic choice (sm90 on Hopper), the sm80 kernel and SDPA's
 cuDNN and FLASH backends, with the harness's timing. For comparing sm90 builds
 (perf/tools/flash_fwd_variants.sh) while iterating. Usage:
-    python perf/tools/flash_fwd_quick.py [D:S[:causal][:llama][:bN][:hN] ...]   e.g. 128:16384 128:4096:causal:llama
+    python perf/tools/flash_fwd_quick.py [D:S[:causal][:llama][:bN][:hN][:fp16] ...]   e.g. 128:16384 128:4096:causal:llama
 (llama: LLaMA-3-8B's heads, 32 sharing 8, one sequence; bN, hN: N sequences, N heads instead of
-the grid's, e.g. 128:2048:b1:h132, 16 waves of 128-row tiles on 132 SMs, against 128:2048's 15.5).
+the grid's, e.g. 128:2048:b1:h132, 16 waves of 128-row tiles on 132 SMs, against 128:2048's 15.5;
+fp16: float16 inputs, bfloat16 otherwise).
 QUICK_KEEP=ours,sdpa_cudnn times only those variants; QUICK_CHECK=0 skips the reference check (for sweeps of one build)."""
 from __future__ import annotations
 
@@ -61,12 +62,12 @@ def main(args: list[str]) -> None:
         d, s, causal = int(d), int(s), "causal" in rest
         # bN / hN: N sequences / N heads instead of the grid's (e.g. the tiles' waves over the SMs)
         sizes = {r[0]: int(r[1:]) for r in rest if r[:1] in ("b", "h") and r[1:].isdigit()}
+        dtype = torch.float16 if "fp16" in rest else torch.bfloat16
         if "llama" in rest:  # LLaMA-3-8B prefill: one sequence, 32 query heads sharing 8 kv heads
-            case = cases_flash._flash_case(sizes.get("b", 1), s, 32, 8, d, causal, torch.bfloat16)
+            case = cases_flash._flash_case(sizes.get("b", 1), s, 32, 8, d, causal, dtype)
         else:
             heads = sizes.get("h", cases_flash.HIDDEN // d)
-            case = cases_flash._flash_case(sizes.get("b", cases_flash.TOKENS // s), s, heads, heads, d, causal,
-                                           torch.bfloat16)
+            case = cases_flash._flash_case(sizes.get("b", cases_flash.TOKENS // s), s, heads, heads, d, causal, dtype)
         setup = case.setup
         case.setup = lambda setup=setup: {k: v for k, v in setup().items() if k in KEEP}
         times, _ = time_case(case)
