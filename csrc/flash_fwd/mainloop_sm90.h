@@ -179,7 +179,9 @@ struct MainloopSm90 {
 
   // Consumers, every thread of the consumer warp groups (thread: its index among them), per tile:
   // the unnormalised O of its rows in tOrO, the softmax state in `softmax`. read_k / read_v carry
-  // the rings' positions from tile to tile; q_slot is the tile's Q buffer.
+  // the rings' positions from tile to tile; q_slot is the tile's Q buffer. after_first_s() runs
+  // once, while the tile's first S is on the tensor cores (the kernel's deferred store of the tile
+  // before, kDeferStore; a no-op otherwise).
   //
   // kOverlap (FlashAttention-3's intra-warpgroup pipelining): S of block j-1 (blocks run last to
   // first) is issued before O += P_j V_j, and its softmax runs while that product is in flight:
@@ -190,11 +192,11 @@ struct MainloopSm90 {
   // The S accumulator is rewritten while P_j, already converted to 16 bits in its own registers,
   // feeds the product. Without kOverlap each block's two GEMMs run back to back with the softmax
   // between them.
-  template <typename FragO, typename Softmax>
+  template <typename FragO, typename Softmax, typename AfterFirstS>
   __device__ static void mma(const FlashFwdParams& p, int m_block, int seqlen_q, int seqlen_k, const Blocks& blocks,
                              Pipeline& pipeline_k, Pipeline& pipeline_v, PipelineState& read_k,
                              PipelineState& read_v, typename Traits::QSlot q_slot, FragO& tOrO, Softmax& softmax,
-                             int thread, SharedStorage& storage) {
+                             int thread, SharedStorage& storage, AfterFirstS&& after_first_s) {
     typename Traits::TiledMmaS tiled_mma_s;
     typename Traits::TiledMmaO tiled_mma_o;
     auto thr_mma_s = tiled_mma_s.get_thread_slice(thread);
@@ -251,6 +253,7 @@ struct MainloopSm90 {
       if constexpr (kEdgeTurns) turn_begin(group);
       issue_s();
       if constexpr (kEdgeTurns) turn_end(group);
+      after_first_s();
       sm90::wait<0>(tSrS);
       pipeline_k.consumer_release(read_k);
       ++read_k;
@@ -289,6 +292,7 @@ struct MainloopSm90 {
       pipeline_v.consumer_release(read_v);
       ++read_v;
     } else {
+      after_first_s();  // (nothing in flight to hide it under)
       auto step = [&](auto masked) {
         pipeline_k.consumer_wait(read_k);
         turn_begin(group);

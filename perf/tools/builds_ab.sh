@@ -27,8 +27,10 @@ export CXX="${CXX:-/usr/bin/g++}" MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 repo="$(pwd)"
 
 names=() flags=()
-IFS=';' read -ra pairs <<<"$VARIANTS"
+IFS=';' read -ra pairs <<<"$(printf '%s' "$VARIANTS" | tr '\n' ' ')"  # (a VARIANTS string may wrap)
 for pair in "${pairs[@]}"; do
+  pair="$(echo "$pair" | sed 's/^ *//; s/ *$//')"
+  [ -n "$pair" ] || continue
   names+=("${pair%%=*}")
   flags+=("${pair#*=}")
 done
