@@ -143,7 +143,7 @@ struct FlashFwdKernelSm90 {
                                                 Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}));
     decltype(sm80::convert_to<typename Traits::Element>(std::declval<FragO&>())) pending_rO;
     SeqInfo pending_seq;
-    int pending_tile[3];
+    int pending_tile[3] = {};
     bool pending = false;
     auto write_pending = [&] {
       if constexpr (kDeferStore) {
