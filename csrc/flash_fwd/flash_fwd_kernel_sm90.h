@@ -21,6 +21,7 @@
 #include "flash_fwd/mainloop_sm90.h"
 #include "flash_fwd/seq_info.h"
 #include "flash_fwd/tile_scheduler_sm90.h"
+#include "flash_fwd/trace_sm90.h"
 
 // 1 (a build knob for A/B runs; off by default): a tile's O store deferred until the next tile's
 // first S is issued, and run while that S is on the tensor cores, instead of between this tile's
@@ -157,6 +158,7 @@ struct FlashFwdKernelSm90 {
     for (int q_reads = 0;; ++q_reads) {
       const typename Traits::QSlot q_slot(q_reads);
       cutlass::arch::ClusterTransactionBarrier::wait(&storage.q_full[q_slot.stage], q_slot.phase);
+      FWD_TRACE(q_reads, thread, 0);  // (probes: trace_sm90.h; 0: the tile's Q has landed)
       const int idx = storage.tile_idx[q_slot.stage];
       if (idx >= sched.tiles) break;
       const int* coord = storage.tile_coord[q_slot.stage];  // decoded by the producer
@@ -172,7 +174,11 @@ struct FlashFwdKernelSm90 {
       Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
       OnlineSoftmax<2 * decltype(size<1>(tOrO))::value> softmax;
       Mainloop::mma(p, t.m_block, seq.seqlen_q, seq.seqlen_k, blocks, pipeline_k, pipeline_v, read_k, read_v,
-                    q_slot, tOrO, softmax, thread, storage, write_pending);
+                    q_slot, tOrO, softmax, thread, storage, [&] {
+                      FWD_TRACE(q_reads, thread, 1);  // the first S issued
+                      write_pending();
+                    });
+      FWD_TRACE(q_reads, thread, 2);  // the last P V complete
       // Every wgmma reading this Q has completed; with O staged elsewhere, its buffer may take
       // another Q now (otherwise the epilogue arrives once the store has read O out of it).
       if constexpr (Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty[q_slot.stage]);
@@ -184,6 +190,7 @@ struct FlashFwdKernelSm90 {
       } else {
         Epilogue::store(params.epilogue, p, seq, t.m_block, t.bidb, t.bidh, tOrO, softmax, thread, storage);
       }
+      FWD_TRACE(q_reads, thread, 3);  // the epilogue done (with kDeferStore: its first half)
     }
     write_pending();
     Epilogue::finish(thread);
