@@ -23,14 +23,6 @@
 #include "flash_fwd/seq_info.h"
 #include "flash_fwd/tma_layout.h"
 
-// O staged by stmatrix (one STSM of four 8 x 8 blocks per 16 bytes a thread), a build knob for
-// A/B runs. Off: a vectorising copy, which the compiler emits as 32-bit generic stores (ST.E, the
-// buffer is not known to be shared memory there): 32 of them a thread at head dim 128, on the
-// consumers' serial path between a tile's last P V and its TMA store.
-#ifndef CUTE_OPS_FLASH_FWD_SM90_O_STSM
-#define CUTE_OPS_FLASH_FWD_SM90_O_STSM 0
-#endif
-
 namespace cute_ops::flash {
 
 using namespace cute;
@@ -109,11 +101,10 @@ struct EpilogueSm90 {
       if (lane == 0) tma_store_wait<0>();  // the group's previous store has read its rows
       group_sync(group);                   // (and its varlen copy-out is done)
     }
-#if CUTE_OPS_FLASH_FWD_SM90_O_STSM
+    // stmatrix: one STSM a thread per four 8 x 8 blocks. A generic vectorising copy compiles to
+    // 32-bit generic stores here (ST.E; the compiler cannot tell the buffer is shared memory), 32
+    // a thread at head dim 128, on the consumers' serial path between the last P V and the store.
     using SmemCopyAtomO = Copy_Atom<SM90_U32x4_STSM_N, Element>;
-#else
-    using SmemCopyAtomO = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<128>, Element>;
-#endif
     auto smem_copy_o = make_tiled_copy_C(SmemCopyAtomO{}, tiled_mma_o);
     auto smem_thr_copy_o = smem_copy_o.get_thread_slice(thread);
     copy(smem_copy_o, smem_thr_copy_o.retile_S(rO), smem_thr_copy_o.partition_D(sO));
