@@ -43,14 +43,6 @@
 #ifndef CUTE_OPS_DECODE_COMPACT
 #define CUTE_OPS_DECODE_COMPACT 1
 #endif
-// 1 (an experiment, off by default): a paged cache's first 64 block-table entries are loaded
-// beside the length, not after it, so the first slabs' addresses do not wait on two dependent
-// loads in a row. Small paged caches trail contiguous ones by a fixed ~0.4 us (B 1 x 512: 6.8
-// against 6.4 us on an H200, session 50), about one such load. A split starting past slot 63
-// (long caches) reloads its window from its own slot, as without the knob.
-#ifndef CUTE_OPS_DECODE_EARLY_PAGES
-#define CUTE_OPS_DECODE_EARLY_PAGES 0
-#endif
 
 namespace cute_ops::decode {
 
@@ -128,10 +120,6 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     k_scale = p.k_scale[bidh_k * p.kv_scale_stride];
     v_scale = p.v_scale[bidh_k * p.kv_scale_stride];
   }
-#if CUTE_OPS_DECODE_EARLY_PAGES
-  PageWindow pages;
-  pages.start(p, bidb, 0, lane);
-#endif
   const SequenceExtent extent = check_sequence(p, bidb, /*report=*/tid == 0);
   const int seqlen = extent.seqlen;
   // Keys below `cached` come from the cache; the new tokens' keys [cached, seqlen) from k_new/v_new.
@@ -165,13 +153,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // reading a stage and refilling it is time with fewer bytes in flight; the paged path's lookup
   // done there made paged caches 9% slower than contiguous ones at the same addresses (H200,
   // session 28).
-#if CUTE_OPS_DECODE_EARLY_PAGES
-  const int first_key = tile_begin * kBlockN + warp * Traits::kWarpKeys;
-  if (p.block_table != nullptr && first_key / p.page_size >= 64) pages.start(p, bidb, first_key, lane);  // warp-uniform
-#else
   PageWindow pages;
   pages.start(p, bidb, tile_begin * kBlockN + warp * Traits::kWarpKeys, lane);
-#endif
   // Warp w's K (is_value 0) or V (1) slab of ring stage `stage`.
   auto slab_at = [&](int stage, int is_value, int w) {
     return ring + ((stage * 2 + is_value) * kNWarps + w) * Traits::kSlabBytes;

@@ -57,9 +57,8 @@ struct EpilogueSm90 {
     write(params, p, seq, m_block, bidb, bidh, rO, thread, storage);
   }
 
-  // store()'s two halves, for a caller that runs the second later (the kernel's kDeferStore):
-  // prepare() normalises O, writes the lse and returns O in 16 bits (tOrO's layout); write()
-  // stages that and stores it.
+  // store()'s two halves: prepare() normalises O, writes the lse and returns O in 16 bits (tOrO's
+  // layout); write() stages that and stores it.
   template <typename FragO, typename Softmax>
   __device__ static auto prepare(const FlashFwdParams& p, const SeqInfo& seq, int m_block, int bidb, int bidh,
                                  FragO& tOrO, Softmax& softmax, int thread) {

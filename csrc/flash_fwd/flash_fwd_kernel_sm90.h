@@ -23,14 +23,6 @@
 #include "flash_fwd/tile_scheduler_sm90.h"
 #include "flash_fwd/trace_sm90.h"
 
-// 1 (a build knob for A/B runs; off by default): a tile's O store deferred until the next tile's
-// first S is issued, and run while that S is on the tensor cores, instead of between this tile's
-// last P V and the next tile's first S. Only where O has its own buffer (Traits::kSeparateO: with O
-// staged in Q's, the next Q could not land before the store) and with kOverlap.
-#ifndef CUTE_OPS_FLASH_FWD_SM90_DEFER_STORE
-#define CUTE_OPS_FLASH_FWD_SM90_DEFER_STORE 0
-#endif
-
 namespace cute_ops::flash {
 
 using namespace cute;
@@ -56,7 +48,6 @@ struct FlashFwdKernelSm90 {
       std::conditional_t<kPersistent, DynamicTileScheduler<kIsCausal>, StaticTileScheduler<kIsCausal>>;
   using SharedStorage = typename Traits::SharedStorage;
   static constexpr int kSmemBytes = Traits::kSmemBytes;
-  static constexpr bool kDeferStore = CUTE_OPS_FLASH_FWD_SM90_DEFER_STORE != 0 && Traits::kSeparateO && kOverlap;
 
   struct Params {
     FlashFwdParams p;
@@ -138,23 +129,6 @@ struct FlashFwdKernelSm90 {
     const int thread = threadIdx.x - kLoadThreads;
     Mainloop::init_turns(thread);
     typename Traits::PipelineState read_k{}, read_v{};
-    // kDeferStore: a tile's O, normalised and in 16 bits, waits here until the next tile's first S
-    // is issued, and is staged and stored while that S runs (after the last tile: at the end).
-    using FragO = decltype(partition_fragment_C(std::declval<typename Traits::TiledMmaO&>(),
-                                                Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}));
-    decltype(sm80::convert_to<typename Traits::Element>(std::declval<FragO&>())) pending_rO;
-    SeqInfo pending_seq;
-    int pending_tile[3] = {};
-    bool pending = false;
-    auto write_pending = [&] {
-      if constexpr (kDeferStore) {
-        if (pending) {
-          Epilogue::write(params.epilogue, p, pending_seq, pending_tile[0], pending_tile[1], pending_tile[2],
-                          pending_rO, thread, storage);
-        }
-        pending = false;
-      }
-    };
     for (int q_reads = 0;; ++q_reads) {
       const typename Traits::QSlot q_slot(q_reads);
       cutlass::arch::ClusterTransactionBarrier::wait(&storage.q_full[q_slot.stage], q_slot.phase);
@@ -174,25 +148,15 @@ struct FlashFwdKernelSm90 {
       Tensor tOrO = partition_fragment_C(tiled_mma_o, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{});
       OnlineSoftmax<2 * decltype(size<1>(tOrO))::value> softmax;
       Mainloop::mma(p, t.m_block, seq.seqlen_q, seq.seqlen_k, blocks, pipeline_k, pipeline_v, read_k, read_v,
-                    q_slot, tOrO, softmax, thread, storage, [&] {
-                      FWD_TRACE(q_reads, thread, 1);  // the first S issued
-                      write_pending();
-                    });
+                    q_slot, tOrO, softmax, thread, storage,
+                    [&] { FWD_TRACE(q_reads, thread, 1); });  // the first S issued
       FWD_TRACE(q_reads, thread, 2);  // the last P V complete
       // Every wgmma reading this Q has completed; with O staged elsewhere, its buffer may take
       // another Q now (otherwise the epilogue arrives once the store has read O out of it).
       if constexpr (Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty[q_slot.stage]);
-      if constexpr (kDeferStore) {
-        pending_rO = Epilogue::prepare(p, seq, t.m_block, t.bidb, t.bidh, tOrO, softmax, thread);
-        pending_seq = seq;
-        pending_tile[0] = t.m_block, pending_tile[1] = t.bidb, pending_tile[2] = t.bidh;
-        pending = true;
-      } else {
-        Epilogue::store(params.epilogue, p, seq, t.m_block, t.bidb, t.bidh, tOrO, softmax, thread, storage);
-      }
-      FWD_TRACE(q_reads, thread, 3);  // the epilogue done (with kDeferStore: its first half)
+      Epilogue::store(params.epilogue, p, seq, t.m_block, t.bidb, t.bidh, tOrO, softmax, thread, storage);
+      FWD_TRACE(q_reads, thread, 3);  // the epilogue done
     }
-    write_pending();
     Epilogue::finish(thread);
   }
 

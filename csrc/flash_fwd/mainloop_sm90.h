@@ -25,15 +25,6 @@
 #include "flash_fwd/seq_info.h"
 #include "flash_fwd/tma_layout.h"
 
-// 0 (a build knob for A/B runs; 1, the default, is today's schedule): with kOverlap and
-// kPingPong, a tile's first S and last P V are issued outside the ping-pong turns, so a group
-// coming out of its epilogue starts its next tile without waiting for the other group's turn, and
-// its last product of a tile does not wait for one either. Both groups skip the same two turns a
-// tile, so the ring of turns stays in step.
-#ifndef CUTE_OPS_FLASH_FWD_SM90_EDGE_TURNS
-#define CUTE_OPS_FLASH_FWD_SM90_EDGE_TURNS 1
-#endif
-
 namespace cute_ops::flash {
 
 using namespace cute;
@@ -163,7 +154,6 @@ struct MainloopSm90 {
   // of its own, and the turns carry on from tile to tile (every group takes as many in a tile);
   // the last group's last arrival is left unmatched when the CTA ends.
   static constexpr int kTurnBarrier = Traits::kTurnBarrier, kGroups = Traits::kConsumerGroups;
-  static constexpr bool kEdgeTurns = CUTE_OPS_FLASH_FWD_SM90_EDGE_TURNS != 0;  // turns around a tile's first S, last P V
   __device__ static void turn_begin(int group) {
     if constexpr (kPingPong) cutlass::arch::NamedBarrier::sync(256, kTurnBarrier + group);
   }
@@ -180,8 +170,8 @@ struct MainloopSm90 {
   // Consumers, every thread of the consumer warp groups (thread: its index among them), per tile:
   // the unnormalised O of its rows in tOrO, the softmax state in `softmax`. read_k / read_v carry
   // the rings' positions from tile to tile; q_slot is the tile's Q buffer. after_first_s() runs
-  // once, while the tile's first S is on the tensor cores (the kernel's deferred store of the tile
-  // before, kDeferStore; a no-op otherwise).
+  // once, while the tile's first S is on the tensor cores (the timeline probe of trace_sm90.h; a
+  // no-op in the library's build).
   //
   // kOverlap (FlashAttention-3's intra-warpgroup pipelining): S of block j-1 (blocks run last to
   // first) is issued before O += P_j V_j, and its softmax runs while that product is in flight:
@@ -250,9 +240,9 @@ struct MainloopSm90 {
     if constexpr (kOverlap) {
       float rescale[Softmax::kRowsPerThread];
       pipeline_k.consumer_wait(read_k);
-      if constexpr (kEdgeTurns) turn_begin(group);
+      turn_begin(group);
       issue_s();
-      if constexpr (kEdgeTurns) turn_end(group);
+      turn_end(group);
       after_first_s();
       sm90::wait<0>(tSrS);
       pipeline_k.consumer_release(read_k);
@@ -285,9 +275,9 @@ struct MainloopSm90 {
 #pragma unroll 1
       for (; n_block >= 0; --n_block) step(cute::false_type{});
       if (moved) Softmax::rescale_o(tOrO_rc, rescale);
-      if constexpr (kEdgeTurns) turn_begin(group);
+      turn_begin(group);
       issue_pv();
-      if constexpr (kEdgeTurns) turn_end(group);
+      turn_end(group);
       sm90::wait<0>(tOrO);
       pipeline_v.consumer_release(read_v);
       ++read_v;

@@ -9,7 +9,7 @@
 # from a device run, so everything goes to three logs in $OUT: builds.log, side.log (tests,
 # sanitizer, $SIDE) and ab.log (the rounds), and the rounds' output is printed as it comes.
 #
-#   VARIANTS="A=;B=-DCUTE_OPS_FLASH_FWD_SM90_O_STSM=1;C=-DCUTE_OPS_FLASH_FWD_SM90_EDGE_TURNS=0" \
+#   VARIANTS="A=;B=-DCUTE_OPS_FLASH_FWD_SM90_SOME_KNOB=1;C=-DCUTE_OPS_FLASH_FWD_SM90_OTHER_KNOB=0" \
 #   CUTE_OPS_FAMILIES=flash_fwd TESTS=tests/test_flash_fwd.py \
 #   SANITIZE="scripts/sanitizer_cases.py flash_fwd" bash perf/tools/builds_ab.sh \
 #     "QUICK_KEEP=ours,sdpa_cudnn QUICK_CHECK=0 python3 perf/tools/flash_fwd_quick.py 64:512:causal 128:2048"

@@ -2,9 +2,9 @@
 // its own kv head): for each tile a consumer warp group computes, the global timer when its Q had
 // landed, when its first S was issued, when its last P V was complete and when its epilogue was
 // done (csrc/flash_fwd/trace_sm90.h), as percentiles of each phase and of the gap from a tile's
-// epilogue to the next tile's Q. Where a tile's cost beyond its key blocks goes (issue 16; the
-// boundary knobs of docs/perf-notes.md, session 54, build with -D as the extension does). Needs
-// a GPU; not part of the extension:
+// epilogue to the next tile's Q. Where a tile's cost beyond its key blocks goes (issue 16;
+// docs/perf-notes.md, sessions 54-55; build knobs with -D as the extension does). Needs a GPU;
+// not part of the extension:
 //
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr --expt-extended-lambda --use_fast_math -DNDEBUG \
 //        -gencode=arch=compute_90a,code=sm_90a -Icsrc -Ithird_party/cutlass/include \
