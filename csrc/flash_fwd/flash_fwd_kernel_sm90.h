@@ -23,6 +23,16 @@
 #include "flash_fwd/tile_scheduler_sm90.h"
 #include "flash_fwd/trace_sm90.h"
 
+// 1 (a build knob for A/B runs; off by default): the producer hands a tile's Q over while it
+// loads the tile before it, once that tile's first kStages K/V blocks are issued, instead of
+// after that tile's last block; and claims the tile from the scheduler one tile ahead, so that
+// the claim's round trip (an atomic on the dynamic scheduler's counter) runs under the loads.
+// Only with two Q buffers: with one, the next Q waits for this tile's epilogue. (ptxas spills
+// 24-96 bytes in the producer's path under it, which has 24 or 32 registers a thread.)
+#ifndef CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD
+#define CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD 0
+#endif
+
 namespace cute_ops::flash {
 
 using namespace cute;
@@ -48,6 +58,7 @@ struct FlashFwdKernelSm90 {
       std::conditional_t<kPersistent, DynamicTileScheduler<kIsCausal>, StaticTileScheduler<kIsCausal>>;
   using SharedStorage = typename Traits::SharedStorage;
   static constexpr int kSmemBytes = Traits::kSmemBytes;
+  static constexpr bool kQAhead = CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD != 0 && Traits::kQStages >= 2;
 
   struct Params {
     FlashFwdParams p;
@@ -96,6 +107,10 @@ struct FlashFwdKernelSm90 {
       if (threadIdx.x != 0) return;
       Mainloop::prefetch_descriptors(params.mainloop);
       auto write = cutlass::make_producer_start_state<typename Traits::Pipeline>();
+      if constexpr (kQAhead) {
+        produce_q_ahead(params, pipeline_k, pipeline_v, write, storage);
+        return;
+      }
       int idx = Scheduler::first(sched);
       for (int q_loads = 0;; ++q_loads) {
         while (idx < sched.tiles && !has_queries(p, Scheduler::tile(sched, idx))) idx = Scheduler::next(sched, idx);
@@ -161,6 +176,62 @@ struct FlashFwdKernelSm90 {
   }
 
  private:
+  // The producer's loop under kQAhead. hand_over(n, idx) gives the n-th Q buffer tile idx: its
+  // number and coordinates, and its Q (a plain arrival for a tile that sees no key or for the end
+  // mark idx >= tiles). Tile n + 1 is handed over from inside tile n's K/V loads, after their
+  // first fill of the rings. Its buffer is tile n - 1's, freed by that tile's last P V: every
+  // load tile n - 1 and the start of tile n need is issued by then, so the wait for the buffer
+  // cannot deadlock, and it ends before the rings have room again (that takes tile n's first S),
+  // so it holds no load back either.
+  template <typename Pipeline, typename PipelineState>
+  __device__ static void produce_q_ahead(const Params& params, Pipeline& pipeline_k, Pipeline& pipeline_v,
+                                         PipelineState& write, SharedStorage& storage) {
+    const FlashFwdParams& p = params.p;
+    const TileSchedulerParams& sched = params.scheduler;
+    auto skip_empty = [&](int& idx) {
+      while (idx < sched.tiles && !has_queries(p, Scheduler::tile(sched, idx))) idx = Scheduler::next(sched, idx);
+    };
+    auto hand_over = [&](int n, int idx) {
+      const typename Traits::QSlot q_slot(n);
+      if (n >= Traits::kQStages) cutlass::arch::ClusterBarrier::wait(&storage.q_empty[q_slot.stage], q_slot.phase ^ 1);
+      storage.tile_idx[q_slot.stage] = idx;
+      if (idx < sched.tiles) {
+        const ForwardTile t = Scheduler::tile(sched, idx);
+        storage.tile_coord[q_slot.stage][0] = t.m_block;  // before the arrival, as tile_idx
+        storage.tile_coord[q_slot.stage][1] = t.bidb;
+        storage.tile_coord[q_slot.stage][2] = t.bidh;
+        const SeqInfo seq(p, t.bidb);
+        if (typename Mainloop::Blocks(t.m_block, seq.seqlen_q, seq.seqlen_k).n_max > 0) {
+          Mainloop::load_q(params.mainloop, p, seq, t.m_block, t.bidb, t.bidh, q_slot, storage);
+          return;
+        }
+      }
+      cutlass::arch::ClusterBarrier::arrive(&storage.q_full[q_slot.stage]);
+    };
+    int idx = Scheduler::first(sched);
+    skip_empty(idx);
+    hand_over(0, idx);
+#pragma unroll 1
+    for (int n = 0; idx < sched.tiles; ++n) {
+      int upcoming = Scheduler::next(sched, idx);  // claimed now, read once this tile's first loads are out
+      auto hand_over_next = [&] {
+        skip_empty(upcoming);
+        hand_over(n + 1, upcoming);
+      };
+      const ForwardTile t = Scheduler::tile(sched, idx);
+      const SeqInfo seq(p, t.bidb);
+      const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
+      if (blocks.n_max > 0) {
+        Mainloop::load_kv(params.mainloop, p, seq, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v, write, storage,
+                          hand_over_next);
+      } else {
+        hand_over_next();
+      }
+      idx = upcoming;
+    }
+    Scheduler::finish(sched);
+  }
+
   // Whether tile t has queries to compute (the producer's filter). Varlen: the sequence's
   // offsets are checked before anything of it is read (seq_info.h); a bad one is skipped here and
   // reported, its rows filled, by varlen_checks_kernel, launched before this kernel; and a

@@ -147,6 +147,63 @@ struct MainloopSm90 {
     }
   }
 
+  // load() in two halves, for the kernel's Q_AHEAD knob (load() stays whole: ptxas schedules the
+  // default kernel alike then). load_q: the tile's Q, arriving on q_slot's q_full. load_kv: its K
+  // and V blocks; after_fill() runs once, when the rings' kStages stages have taken the tile's
+  // first blocks (or after its last block, if it has fewer): Q_AHEAD hands the next tile's Q over
+  // there.
+  __device__ static void load_q(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int m_block,
+                                int bidb, int bidh, typename Traits::QSlot q_slot, SharedStorage& storage) {
+    const TmaExtents x(p);
+    const int batch = p.cu_seqlens_q ? 0 : bidb;
+    Tensor mQ = params.tma_q.get_tma_tensor(make_shape(x.rows_q, Int<kHeadDim>{}, p.h, x.batch));
+    // This sequence's rows, from its first (varlen; 0 otherwise).
+    Tensor mQs = domain_offset(make_coord(static_cast<int>(seq.q_start), _0{}), mQ(_, _, bidh, batch));
+    Tensor gQ = local_tile(mQs, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));
+    Tensor sQ = make_tensor(make_smem_ptr(Traits::q_buffer(storage, q_slot.stage)), typename Traits::SmemLayoutQ{});
+    auto cta_q = params.tma_q.get_slice(_0{});
+    // Rows past the tensor's end arrive as zeros (TMA's bounds), rows past a packed sequence's end
+    // as the next sequence's: no predication here (TmaExtents says why neither matters).
+    uint64_t* q_full = &storage.q_full[q_slot.stage];
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(q_full, Traits::kQBytes);
+    copy(params.tma_q.with(*q_full), cta_q.partition_S(gQ), cta_q.partition_D(sQ));
+  }
+  template <typename AfterFill>
+  __device__ static void load_kv(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int bidb,
+                                 int bidh, const Blocks& blocks, Pipeline& pipeline_k, Pipeline& pipeline_v,
+                                 PipelineState& write, SharedStorage& storage, AfterFill&& after_fill) {
+    const int bidh_k = bidh / (p.h / p.h_k);
+    const TmaExtents x(p);
+    const int batch = p.cu_seqlens_q ? 0 : bidb;
+    Tensor mK = params.tma_k.get_tma_tensor(make_shape(x.rows_k, Int<kHeadDim>{}, p.h_k, x.batch));
+    Tensor mV = params.tma_v.get_tma_tensor(make_shape(x.rows_k, Int<kHeadDim>{}, p.h_k, x.batch));
+    Tensor mKs = domain_offset(make_coord(static_cast<int>(seq.k_start), _0{}), mK(_, _, bidh_k, batch));
+    Tensor mVs = domain_offset(make_coord(static_cast<int>(seq.k_start), _0{}), mV(_, _, bidh_k, batch));
+    Tensor gK = local_tile(mKs, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (BN, D, n)
+    Tensor gV = local_tile(mVs, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+    Tensor sK = make_tensor(make_smem_ptr(storage.k.data()), typename Traits::SmemLayoutKV{});  // (BN, D, stages)
+    Tensor sV = make_tensor(make_smem_ptr(storage.v.data()), typename Traits::SmemLayoutKV{});
+    auto cta_k = params.tma_k.get_slice(_0{});
+    auto cta_v = params.tma_v.get_slice(_0{});
+    Tensor tKgK = cta_k.partition_S(gK);  // (TMA, 1, 1, n)
+    Tensor tKsK = cta_k.partition_D(sK);  // (TMA, 1, 1, stages)
+    Tensor tVgV = cta_v.partition_S(gV);
+    Tensor tVsV = cta_v.partition_D(sV);
+    const int fill_block = blocks.n_max - 1 - Traits::kStages;  // the first block past the rings' first fill
+#pragma unroll 1
+    for (int n_block = blocks.n_max - 1; n_block >= 0; --n_block) {
+      if (n_block == fill_block) after_fill();
+      pipeline_k.producer_acquire(write);
+      copy(params.tma_k.with(*pipeline_k.producer_get_barrier(write)), tKgK(_, _, _, n_block),
+           tKsK(_, _, _, write.index()));
+      pipeline_v.producer_acquire(write);
+      copy(params.tma_v.with(*pipeline_v.producer_get_barrier(write)), tVgV(_, _, _, n_block),
+           tVsV(_, _, _, write.index()));
+      ++write;
+    }
+    if (fill_block < 0) after_fill();
+  }
+
   // Ping-pong between the consumer warp groups (kPingPong): each issues its GEMMs only after the
   // group before it (in a ring, 0, 1, .., 0) has issued its own, so that one group's softmax runs
   // while the others' GEMMs hold the tensor cores. Named barrier kTurnBarrier + g is group g's
