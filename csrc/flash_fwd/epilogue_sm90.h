@@ -53,15 +53,6 @@ struct EpilogueSm90 {
   template <typename FragO, typename Softmax>
   __device__ static void store(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int m_block,
                                int bidb, int bidh, FragO& tOrO, Softmax& softmax, int thread, SharedStorage& storage) {
-    const auto rO = prepare(p, seq, m_block, bidb, bidh, tOrO, softmax, thread);
-    write(params, p, seq, m_block, bidb, bidh, rO, thread, storage);
-  }
-
-  // store()'s two halves: prepare() normalises O, writes the lse and returns O in 16 bits (tOrO's
-  // layout); write() stages that and stores it.
-  template <typename FragO, typename Softmax>
-  __device__ static auto prepare(const FlashFwdParams& p, const SeqInfo& seq, int m_block, int bidb, int bidh,
-                                 FragO& tOrO, Softmax& softmax, int thread) {
     typename Traits::TiledMmaO tiled_mma_o;
     auto thr_mma_o = tiled_mma_o.get_thread_slice(thread);
     constexpr int kRows = Softmax::kRowsPerThread;
@@ -82,14 +73,7 @@ struct EpilogueSm90 {
       }
     }
 
-    return sm80::convert_to<Element>(tOrO);
-  }
-
-  template <typename FragR>
-  __device__ static void write(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int m_block,
-                               int bidb, int bidh, const FragR& rO, int thread, SharedStorage& storage) {
-    typename Traits::TiledMmaO tiled_mma_o;
-    const int row0 = m_block * kBlockM;
+    Tensor rO = sm80::convert_to<Element>(tOrO);
     Tensor sO = make_tensor(make_smem_ptr(Traits::o_buffer(storage)), typename Traits::SmemLayoutO{});
     // This warp group's 64 rows: it stages, stores and waits for them alone, so that one group's
     // epilogue runs while the other's last P V is on the tensor cores.

@@ -13,7 +13,6 @@ struct SeqInfo {
   int seqlen_q, seqlen_k;
   index_t q_start, k_start;  // first row in the packed (varlen) tensors; 0 otherwise
 
-  SeqInfo() = default;  // (a slot assigned later: the SM90 kernel's deferred store)
   __device__ SeqInfo(const FlashFwdParams& p, int bidb)
       : seqlen_q(p.cu_seqlens_q ? p.cu_seqlens_q[bidb + 1] - p.cu_seqlens_q[bidb] : p.seqlen_q),
         seqlen_k(p.cu_seqlens_k ? p.cu_seqlens_k[bidb + 1] - p.cu_seqlens_k[bidb] : p.seqlen_k),
