@@ -103,8 +103,9 @@ int main(int argc, char** argv) {
   cudaStreamSynchronize(st);
 
   using flash::kFwdTraceCtas;
+  using flash::kFwdTraceGroups;
   using flash::kFwdTraceTiles;
-  const size_t slots = (size_t)kFwdTraceCtas * kFwdTraceTiles * 2 * 4;
+  const size_t slots = (size_t)kFwdTraceCtas * kFwdTraceTiles * kFwdTraceGroups * 4;
   std::vector<unsigned long long> tr(slots, 0);
   cudaMemcpyToSymbol(g_fwd_trace, tr.data(), slots * 8);
   cudaEvent_t e0, e1;
@@ -128,9 +129,9 @@ int main(int argc, char** argv) {
   int ctas = 0;
   for (int c = 0; c < kFwdTraceCtas; ++c) {
     bool any = false;
-    for (int g = 0; g < 2; ++g) {
+    for (int g = 0; g < kFwdTraceGroups; ++g) {  // (a CTA of two groups leaves the third's slots 0)
       for (int t = 0; t < kFwdTraceTiles; ++t) {
-        const unsigned long long* x = &tr[((size_t)(c * kFwdTraceTiles + t) * 2 + g) * 4];
+        const unsigned long long* x = &tr[((size_t)(c * kFwdTraceTiles + t) * kFwdTraceGroups + g) * 4];
         if (x[0] == 0) break;
         any = true;
         first = std::min(first, x[0]);
@@ -140,7 +141,7 @@ int main(int argc, char** argv) {
         mainloop.push_back((x[2] - x[1]) / 1e3);
         epilogue.push_back((x[3] - x[2]) / 1e3);
         if (t + 1 < kFwdTraceTiles) {
-          const unsigned long long* y = x + 2 * 4;  // the group's next slot
+          const unsigned long long* y = x + kFwdTraceGroups * 4;  // the group's next slot
           if (y[0] != 0) {
             gap.push_back((y[0] - x[3]) / 1e3);
             tile.push_back((y[0] - x[0]) / 1e3);
