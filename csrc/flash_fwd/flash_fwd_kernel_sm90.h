@@ -23,15 +23,12 @@
 #include "flash_fwd/tile_scheduler_sm90.h"
 #include "flash_fwd/trace_sm90.h"
 
-// 1 (a build knob for A/B runs; off by default): the producer hands a tile's Q over while it
-// loads the tile before it, once that tile's first kStages K/V blocks are issued, instead of
-// after that tile's last block; and claims the tile from the scheduler one tile ahead, so that
-// the claim's round trip (an atomic on the dynamic scheduler's counter) runs under the loads.
-// Only with two Q buffers: with one, the next Q waits for this tile's epilogue. (ptxas spills
-// 24-96 bytes in the producer's path under it, which has 24 or 32 registers a thread.)
-#ifndef CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD
-#define CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD 0
-#endif
+// Q ahead (kQAheadWanted, chosen per config in flash_fwd_launch_sm90.h): the producer hands a
+// tile's Q over while it loads the tile before it, once that tile's first kStages K/V blocks are
+// issued, instead of after that tile's last block; and claims the tile from the scheduler one tile
+// ahead, so that the claim's round trip (an atomic on the dynamic scheduler's counter) runs under
+// the loads. Only with two Q buffers: with one, the next Q waits for this tile's epilogue. (ptxas
+// spills 24-96 bytes in the producer's path under it, which has 24 or 32 registers a thread.)
 
 namespace cute_ops::flash {
 
@@ -39,9 +36,9 @@ using namespace cute;
 
 // kLoadRegs / kMmaRegs: registers a thread of the producer / consumer warp groups keeps after
 // the reallocation; kOverlap / kPingPong: the consumers' schedule (MainloopSm90::mma);
-// kPersistent: the tile scheduler (tile_scheduler_sm90.h).
+// kPersistent: the tile scheduler (tile_scheduler_sm90.h); kQAheadWanted: Q ahead (above).
 template <typename Traits_, bool kIsCausal_, int kLoadRegs_, int kMmaRegs_, bool kOverlap, bool kPingPong,
-          bool kPersistent>
+          bool kPersistent, bool kQAheadWanted>
 struct FlashFwdKernelSm90 {
   using Traits = Traits_;
   static constexpr bool kIsCausal = kIsCausal_;
@@ -58,7 +55,7 @@ struct FlashFwdKernelSm90 {
       std::conditional_t<kPersistent, DynamicTileScheduler<kIsCausal>, StaticTileScheduler<kIsCausal>>;
   using SharedStorage = typename Traits::SharedStorage;
   static constexpr int kSmemBytes = Traits::kSmemBytes;
-  static constexpr bool kQAhead = CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD != 0 && Traits::kQStages >= 2;
+  static constexpr bool kQAhead = kQAheadWanted && Traits::kQStages >= 2;
 
   struct Params {
     FlashFwdParams p;

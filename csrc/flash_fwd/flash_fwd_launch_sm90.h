@@ -38,14 +38,17 @@ namespace flash {
 template <int kHeadDim, typename Element>
 struct FlashFwdTileConfigSm90;
 // The producer's 128 threads at 24 registers and the two consumer groups' 256 at 240: the
-// 384-thread CTA's whole budget (flash_fwd_kernel_sm90.h asserts it).
+// 384-thread CTA's whole budget (flash_fwd_kernel_sm90.h asserts it). kQAhead: the producer hands
+// the next tile's Q over early (flash_fwd_kernel_sm90.h); off unless a config measured a gain.
 struct TwoConsumerRegisters {
   static constexpr int kLoadRegs = 24, kMmaRegs = 240;
+  static constexpr bool kQAhead = false;
 };
 // The producer's 128 threads at 32 registers and three consumer groups' 384 at 160: the
 // 512-thread CTA's whole budget.
 struct ThreeConsumerRegisters {
   static constexpr int kLoadRegs = 32, kMmaRegs = 160;
+  static constexpr bool kQAhead = false;
 };
 // Head dim 64's tile: query rows (192 on three consumer groups, or 128 on two as the other head
 // dims) and K/V ring depth. Short queries starve for K/V: at 512 keys each (batch, head) has its
@@ -87,8 +90,12 @@ using FlashFwdShortCausalConfigSm90 = FlashFwdD64ConfigSm90<128, 5, E>;
 template <typename E> struct FlashFwdTileConfigSm90<96, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<96, 128, 128, 2, E>;
 };
+// Q ahead at 128 only: on an H200 (session 56, two rounds a build) +1.1% at 2k (bf16 and fp16)
+// and 16k, +0.7% at LLaMA-3-8B's causal 4k; at head dim 64 it lost 1.9% at 2k and 2.6% at 512
+// causal, whose tiles already wait 0.14 us for their Q against 0.85 us at 128; 96 is not measured.
 template <typename E> struct FlashFwdTileConfigSm90<128, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<128, 128, 128, 2, E>;
+  static constexpr bool kQAhead = true;
 };
 template <typename E> struct FlashFwdTileConfigSm90<256, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<256, 128, 64, 2, E>;
@@ -109,11 +116,17 @@ template <typename E> struct FlashFwdTileConfigSm90<256, E> : TwoConsumerRegiste
 #ifndef CUTE_OPS_FLASH_FWD_SM90_PERSISTENT
 #define CUTE_OPS_FLASH_FWD_SM90_PERSISTENT 1
 #endif
+// Q ahead: -1 as each config says (kQAhead above), 0 nowhere, 1 wherever there are two Q buffers.
+#ifndef CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD
+#define CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD -1
+#endif
 
 template <typename Config, bool kIsCausal>
 using KernelSm90For = FlashFwdKernelSm90<typename Config::Traits, kIsCausal, Config::kLoadRegs, Config::kMmaRegs,
                                          CUTE_OPS_FLASH_FWD_SM90_OVERLAP != 0, CUTE_OPS_FLASH_FWD_SM90_PINGPONG != 0,
-                                         CUTE_OPS_FLASH_FWD_SM90_PERSISTENT != 0>;
+                                         CUTE_OPS_FLASH_FWD_SM90_PERSISTENT != 0,
+                                         CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD < 0 ? Config::kQAhead
+                                                                             : CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD != 0>;
 
 template <typename Kernel>
 void launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
