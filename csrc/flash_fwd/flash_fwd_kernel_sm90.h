@@ -29,6 +29,15 @@
 // ahead, so that the claim's round trip (an atomic on the dynamic scheduler's counter) runs under
 // the loads. Only with two Q buffers: with one, the next Q waits for this tile's epilogue. (ptxas
 // spills 24-96 bytes in the producer's path under it, which has 24 or 32 registers a thread.)
+// A claim made at a tile's start assigns the next tile by when CTAs start tiles, not by when they
+// finish them: with causal tiles of unequal lengths the dynamic scheduler then balances less well
+// (D 128 causal 8k and 16k lost 3-5% under it, session 56). Q_AHEAD_LATE = N > 0 (a build knob
+// for A/B runs, off by default) claims when N + 1 of the tile's K/V blocks are left to issue and
+// hands over one block later (MainloopSm90::load_kv's kLate), so that the claim is that much
+// older than the default's (made after the tile's last block) instead of a whole tile older.
+#ifndef CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_LATE
+#define CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_LATE 0
+#endif
 
 namespace cute_ops::flash {
 
@@ -208,8 +217,29 @@ struct FlashFwdKernelSm90 {
     int idx = Scheduler::first(sched);
     skip_empty(idx);
     hand_over(0, idx);
+    constexpr int kLate = CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_LATE;
 #pragma unroll 1
     for (int n = 0; idx < sched.tiles; ++n) {
+      if constexpr (kLate > 0) {
+        int upcoming = sched.tiles;  // claimed by load_kv's claim(), kLate + 1 blocks before the tile's end
+        auto claim = [&] { upcoming = Scheduler::next(sched, idx); };
+        auto hand_over_next = [&] {
+          skip_empty(upcoming);
+          hand_over(n + 1, upcoming);
+        };
+        const ForwardTile t = Scheduler::tile(sched, idx);
+        const SeqInfo seq(p, t.bidb);
+        const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
+        if (blocks.n_max > 0) {
+          Mainloop::template load_kv<kLate>(params.mainloop, p, seq, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v,
+                                            write, storage, hand_over_next, claim);
+        } else {
+          claim();
+          hand_over_next();
+        }
+        idx = upcoming;
+        continue;
+      }
       int upcoming = Scheduler::next(sched, idx);  // claimed now, read once this tile's first loads are out
       auto hand_over_next = [&] {
         skip_empty(upcoming);

@@ -116,17 +116,22 @@ template <typename E> struct FlashFwdTileConfigSm90<256, E> : TwoConsumerRegiste
 #ifndef CUTE_OPS_FLASH_FWD_SM90_PERSISTENT
 #define CUTE_OPS_FLASH_FWD_SM90_PERSISTENT 1
 #endif
-// Q ahead: -1 as each config says (kQAhead above), 0 nowhere, 1 wherever there are two Q buffers.
+// Q ahead: -1 as each config says (kQAhead above), 0 nowhere, 1 wherever there are two Q buffers;
+// Q_AHEAD_CAUSAL 0 keeps it off for causal calls (an A/B of session 56's causal losses).
 #ifndef CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD
 #define CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD -1
+#endif
+#ifndef CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_CAUSAL
+#define CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_CAUSAL 1
 #endif
 
 template <typename Config, bool kIsCausal>
 using KernelSm90For = FlashFwdKernelSm90<typename Config::Traits, kIsCausal, Config::kLoadRegs, Config::kMmaRegs,
                                          CUTE_OPS_FLASH_FWD_SM90_OVERLAP != 0, CUTE_OPS_FLASH_FWD_SM90_PINGPONG != 0,
                                          CUTE_OPS_FLASH_FWD_SM90_PERSISTENT != 0,
-                                         CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD < 0 ? Config::kQAhead
-                                                                             : CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD != 0>;
+                                         (CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD < 0 ? Config::kQAhead
+                                                                              : CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD != 0) &&
+                                             (!kIsCausal || CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_CAUSAL != 0)>;
 
 template <typename Kernel>
 void launch_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {

@@ -147,11 +147,13 @@ struct MainloopSm90 {
     }
   }
 
-  // load() in two halves, for the kernel's Q_AHEAD knob (load() stays whole: ptxas schedules the
-  // default kernel alike then). load_q: the tile's Q, arriving on q_slot's q_full. load_kv: its K
-  // and V blocks; after_fill() runs once, when the rings' kStages stages have taken the tile's
-  // first blocks (or after its last block, if it has fewer): Q_AHEAD hands the next tile's Q over
-  // there.
+  // load() in two halves, for the kernel's Q ahead (load() stays whole for the configs without it:
+  // ptxas schedules their kernels alike then). load_q: the tile's Q, arriving on q_slot's q_full.
+  // load_kv: its K and V blocks; after_fill() runs once, when the rings' kStages stages have taken
+  // the tile's first blocks (or after its last block, if it has fewer): Q ahead hands the next
+  // tile's Q over there. kLate > 0 moves that point later, to where kLate blocks are left to issue
+  // (never before the first fill), and runs claim() one block before it (or before the first block
+  // of a tile too short for both): the kernel's Q_AHEAD_LATE knob.
   __device__ static void load_q(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int m_block,
                                 int bidb, int bidh, typename Traits::QSlot q_slot, SharedStorage& storage) {
     const TmaExtents x(p);
@@ -168,10 +170,14 @@ struct MainloopSm90 {
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(q_full, Traits::kQBytes);
     copy(params.tma_q.with(*q_full), cta_q.partition_S(gQ), cta_q.partition_D(sQ));
   }
-  template <typename AfterFill>
+  struct NoClaim {
+    __device__ void operator()() const {}
+  };
+  template <int kLate = 0, typename AfterFill, typename Claim = NoClaim>
   __device__ static void load_kv(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int bidb,
                                  int bidh, const Blocks& blocks, Pipeline& pipeline_k, Pipeline& pipeline_v,
-                                 PipelineState& write, SharedStorage& storage, AfterFill&& after_fill) {
+                                 PipelineState& write, SharedStorage& storage, AfterFill&& after_fill,
+                                 Claim&& claim = {}) {
     const int bidh_k = bidh / (p.h / p.h_k);
     const TmaExtents x(p);
     const int batch = p.cu_seqlens_q ? 0 : bidb;
@@ -190,6 +196,24 @@ struct MainloopSm90 {
     Tensor tVgV = cta_v.partition_S(gV);
     Tensor tVsV = cta_v.partition_D(sV);
     const int fill_block = blocks.n_max - 1 - Traits::kStages;  // the first block past the rings' first fill
+    if constexpr (kLate > 0) {
+      const int hand_block = min(fill_block, kLate - 1);  // blocks run n_max - 1 down to 0
+      if (fill_block < 0) claim();
+#pragma unroll 1
+      for (int n_block = blocks.n_max - 1; n_block >= 0; --n_block) {
+        if (n_block == hand_block + 1 && fill_block >= 0) claim();
+        if (n_block == hand_block) after_fill();
+        pipeline_k.producer_acquire(write);
+        copy(params.tma_k.with(*pipeline_k.producer_get_barrier(write)), tKgK(_, _, _, n_block),
+             tKsK(_, _, _, write.index()));
+        pipeline_v.producer_acquire(write);
+        copy(params.tma_v.with(*pipeline_v.producer_get_barrier(write)), tVgV(_, _, _, n_block),
+             tVsV(_, _, _, write.index()));
+        ++write;
+      }
+      if (fill_block < 0) after_fill();
+      return;
+    }
 #pragma unroll 1
     for (int n_block = blocks.n_max - 1; n_block >= 0; --n_block) {
       if (n_block == fill_block) after_fill();
