@@ -220,27 +220,12 @@ struct FlashFwdKernelSm90 {
     constexpr int kLate = CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_LATE;
 #pragma unroll 1
     for (int n = 0; idx < sched.tiles; ++n) {
-      if constexpr (kLate > 0) {
-        int upcoming = sched.tiles;  // claimed by load_kv's claim(), kLate + 1 blocks before the tile's end
-        auto claim = [&] { upcoming = Scheduler::next(sched, idx); };
-        auto hand_over_next = [&] {
-          skip_empty(upcoming);
-          hand_over(n + 1, upcoming);
-        };
-        const ForwardTile t = Scheduler::tile(sched, idx);
-        const SeqInfo seq(p, t.bidb);
-        const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
-        if (blocks.n_max > 0) {
-          Mainloop::template load_kv<kLate>(params.mainloop, p, seq, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v,
-                                            write, storage, hand_over_next, claim);
-        } else {
-          claim();
-          hand_over_next();
-        }
-        idx = upcoming;
-        continue;
-      }
-      int upcoming = Scheduler::next(sched, idx);  // claimed now, read once this tile's first loads are out
+      // Claimed now, read once this tile's first loads are out (kLate > 0: claimed by load_kv's claim(),
+      // kLate + 1 blocks before the tile's loads end).
+      int upcoming = kLate > 0 ? sched.tiles : Scheduler::next(sched, idx);
+      auto claim = [&] {
+        if constexpr (kLate > 0) upcoming = Scheduler::next(sched, idx);
+      };
       auto hand_over_next = [&] {
         skip_empty(upcoming);
         hand_over(n + 1, upcoming);
@@ -249,9 +234,10 @@ struct FlashFwdKernelSm90 {
       const SeqInfo seq(p, t.bidb);
       const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
       if (blocks.n_max > 0) {
-        Mainloop::load_kv(params.mainloop, p, seq, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v, write, storage,
-                          hand_over_next);
+        Mainloop::template load_kv<kLate>(params.mainloop, p, seq, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v,
+                                          write, storage, hand_over_next, claim);
       } else {
+        claim();
         hand_over_next();
       }
       idx = upcoming;

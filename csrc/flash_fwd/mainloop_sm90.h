@@ -196,27 +196,16 @@ struct MainloopSm90 {
     Tensor tVgV = cta_v.partition_S(gV);
     Tensor tVsV = cta_v.partition_D(sV);
     const int fill_block = blocks.n_max - 1 - Traits::kStages;  // the first block past the rings' first fill
+    const int hand_block = kLate > 0 ? min(fill_block, kLate - 1) : fill_block;  // blocks run n_max - 1 down to 0
     if constexpr (kLate > 0) {
-      const int hand_block = min(fill_block, kLate - 1);  // blocks run n_max - 1 down to 0
       if (fill_block < 0) claim();
-#pragma unroll 1
-      for (int n_block = blocks.n_max - 1; n_block >= 0; --n_block) {
-        if (n_block == hand_block + 1 && fill_block >= 0) claim();
-        if (n_block == hand_block) after_fill();
-        pipeline_k.producer_acquire(write);
-        copy(params.tma_k.with(*pipeline_k.producer_get_barrier(write)), tKgK(_, _, _, n_block),
-             tKsK(_, _, _, write.index()));
-        pipeline_v.producer_acquire(write);
-        copy(params.tma_v.with(*pipeline_v.producer_get_barrier(write)), tVgV(_, _, _, n_block),
-             tVsV(_, _, _, write.index()));
-        ++write;
-      }
-      if (fill_block < 0) after_fill();
-      return;
     }
 #pragma unroll 1
     for (int n_block = blocks.n_max - 1; n_block >= 0; --n_block) {
-      if (n_block == fill_block) after_fill();
+      if constexpr (kLate > 0) {
+        if (n_block == hand_block + 1 && fill_block >= 0) claim();
+      }
+      if (n_block == hand_block) after_fill();
       pipeline_k.producer_acquire(write);
       copy(params.tma_k.with(*pipeline_k.producer_get_barrier(write)), tKgK(_, _, _, n_block),
            tKsK(_, _, _, write.index()));
