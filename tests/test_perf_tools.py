@@ -472,6 +472,12 @@ def test_flash_fwd_schedule_model():
     assert model.balance_alternating(tiles) < 0.7
     tiles = [model.cost(m, 128, True, block_m, block_n) for m in model.order(128, 16, 1, True, False)]
     assert model.balance_dynamic(tiles) > 0.95
+    # Claim rules (session 56): a tile claimed as the one before it starts (Q ahead) balances
+    # unequal causal tiles worse than one claimed near that tile's end; a claim a few blocks
+    # before the end balances as the end's. Equal tiles: every rule alike.
+    end, start, late = (model.balance_dynamic(tiles, rule, 2) for rule in ("end", "start", "late"))
+    assert start < end - 0.05 and late == pytest.approx(end, abs=0.005)
+    assert all(model.balance_dynamic(costs, rule, 2) == pytest.approx(1.0) for rule in ("start", "late"))
 
 
 # -- perf/tools/gemv_tile_probe.py ----------------------------------------------------------------

@@ -13,6 +13,7 @@ does it see a tile's loads: a schedule it rated 0.98 against 0.88 (every head's 
 blocks last) measured no faster on an H200 (session 52).
 Usage:
     python perf/tools/flash_fwd_schedule.py [D:S[:causal][:llama] ...]   e.g. 128:16384:causal
+    python perf/tools/flash_fwd_schedule.py --claims [D:S[:causal][:llama] ...]
 (the grid's shapes: 16k tokens a batch, 2048 / D heads; llama: 32 query heads sharing 8, one
 sequence.)"""
 from __future__ import annotations
@@ -47,15 +48,28 @@ def cost(m: int, m_blocks: int, causal: bool, block_m: int, block_n: int) -> flo
     return OVERHEAD + ((m + 1) * block_m / block_n if causal else m_blocks * block_m / block_n)
 
 
-def balance_dynamic(costs: list[float]) -> float:
+def balance_dynamic(costs: list[float], claim: str = "end", late: int = 0) -> float:
+    """claim: when a CTA asks for its next tile, relative to the last one it holds (start, end):
+    "end" at end - AHEAD (the default kernel: after the tile's last K/V load); "start" at
+    start - AHEAD, as its loads begin (Q ahead: the claim a tile early); "late" when late + 1 of
+    its blocks are left to load (Q_AHEAD_LATE), not before its loads begin."""
     g = min(len(costs), SMS)
-    ends = costs[:g]
-    asks = [(max(0.0, c - AHEAD), i) for i, c in enumerate(ends)]
+    starts, ends = [0.0] * g, costs[:g]
+
+    def ask(cta: int) -> float:
+        s, e = starts[cta], ends[cta]
+        if claim == "start":
+            return max(0.0, s - AHEAD)
+        if claim == "late":
+            return max(0.0, s - AHEAD, e - AHEAD - (late + 1))
+        return max(0.0, e - AHEAD)
+
+    asks = [(ask(i), i) for i in range(g)]
     heapq.heapify(asks)
     for c in costs[g:]:
         _, cta = heapq.heappop(asks)
-        ends[cta] += c
-        heapq.heappush(asks, (ends[cta] - AHEAD, cta))
+        starts[cta], ends[cta] = ends[cta], ends[cta] + c
+        heapq.heappush(asks, (ask(cta), cta))
     return sum(costs) / g / max(ends)
 
 
@@ -69,6 +83,8 @@ def balance_alternating(costs: list[float]) -> float:
 
 
 def main(specs: list[str]) -> None:
+    if specs[:1] == ["--claims"]:
+        return claims(specs[1:])
     for spec in specs or ["128:2048", "128:16384:causal", "128:2048:causal", "64:2048:causal",
                           "256:2048:causal", "128:4096:causal:llama"]:
         d, s, *rest = spec.split(":")
@@ -85,6 +101,25 @@ def main(specs: list[str]) -> None:
             row.append(f"{mb} MB ({section} heads): dynamic {balance_dynamic(dyn):.3f} "
                        f"alternating {balance_alternating(alt):.3f}")
         print(f"{spec:>22}  " + "  |  ".join(row))
+
+
+def claims(specs: list[str]) -> None:
+    """The dynamic scheduler's balance at the kernel's own section sizes (4 MB, causal 8 MB) under
+    each claim rule of balance_dynamic (session 56: Q ahead's claim a tile early)."""
+    for spec in specs or ["128:2048", "128:16384", "128:2048:causal", "128:8192:causal", "128:16384:causal",
+                          "128:4096:causal:llama", "128:8192:causal:llama"]:
+        d, s, *rest = spec.split(":")
+        d, s, causal = int(d), int(s), "causal" in rest
+        heads, batch, kv_heads = (32, 1, 8) if "llama" in rest else (2048 // d, 16384 // s, 2048 // d)
+        block_m, block_n = tile_config(d)
+        m_blocks, bh = -(-s // block_m), batch * heads
+        per_q_head = 2 * s * d * 2 // (heads // kv_heads)
+        section = max(1, min(bh, ((8 if causal else 4) << 20) // per_q_head))
+        costs = [cost(m, m_blocks, causal, block_m, block_n) for m in order(m_blocks, bh, section, causal, False)]
+        rules = [("end", 0), ("start", 0), ("late", 2), ("late", 4)]
+        row = "  ".join(f"{rule}{n if rule == 'late' else ''} {balance_dynamic(costs, rule, n):.3f}"
+                        for rule, n in rules)
+        print(f"{spec:>22}  {len(costs)} tiles  {row}")
 
 
 if __name__ == "__main__":
