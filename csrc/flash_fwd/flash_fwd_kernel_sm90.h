@@ -188,7 +188,8 @@ struct FlashFwdKernelSm90 {
   // first fill of the rings. Its buffer is tile n - 1's, freed by that tile's last P V: every
   // load tile n - 1 and the start of tile n need is issued by then, so the wait for the buffer
   // cannot deadlock, and it ends before the rings have room again (that takes tile n's first S),
-  // so it holds no load back either.
+  // so it holds no load back either. (Q_AHEAD_LATE hands over later still, after more than kStages
+  // of tile n's blocks: the consumers are into tile n then, so the buffer is already free.)
   template <typename Pipeline, typename PipelineState>
   __device__ static void produce_q_ahead(const Params& params, Pipeline& pipeline_k, Pipeline& pipeline_v,
                                          PipelineState& write, SharedStorage& storage) {
