@@ -82,22 +82,35 @@ def balance_alternating(costs: list[float]) -> float:
     return sum(costs) / g / max(ends)
 
 
+class Shape:
+    """A spec D:S[:causal][:llama] as the scheduler sees it: the grid's 16k tokens a batch and
+    2048 / D heads, or LLaMA-3-8B's 32 query heads sharing 8 in one sequence."""
+
+    def __init__(self, spec: str):
+        d, s, *rest = spec.split(":")
+        d, s = int(d), int(s)
+        self.causal = "causal" in rest
+        heads, batch, kv_heads = (32, 1, 8) if "llama" in rest else (2048 // d, 16384 // s, 2048 // d)
+        self.block_m, self.block_n = tile_config(d)
+        self.m_blocks, self.bh = -(-s // self.block_m), batch * heads
+        self.per_q_head = 2 * s * d * 2 // (heads // kv_heads)  # K and V bytes a query head reads
+
+    def costs(self, section_mb: int, alternate_sections: bool) -> tuple[int, list[float]]:
+        """(heads a section, each tile's cost in the scheduler's order)."""
+        section = max(1, min(self.bh, (section_mb << 20) // self.per_q_head))
+        return section, [cost(m, self.m_blocks, self.causal, self.block_m, self.block_n)
+                         for m in order(self.m_blocks, self.bh, section, self.causal, alternate_sections)]
+
+
 def main(specs: list[str]) -> None:
     if specs[:1] == ["--claims"]:
         return claims(specs[1:])
     for spec in specs or ["128:2048", "128:16384:causal", "128:2048:causal", "64:2048:causal",
                           "256:2048:causal", "128:4096:causal:llama"]:
-        d, s, *rest = spec.split(":")
-        d, s, causal = int(d), int(s), "causal" in rest
-        heads, batch, kv_heads = (32, 1, 8) if "llama" in rest else (2048 // d, 16384 // s, 2048 // d)
-        block_m, block_n = tile_config(d)
-        m_blocks, bh = -(-s // block_m), batch * heads
-        per_q_head = 2 * s * d * 2 // (heads // kv_heads)  # K and V bytes a query head reads
-        row = []
+        shape, row = Shape(spec), []
         for mb in SECTIONS_MB:
-            section = max(1, min(bh, (mb << 20) // per_q_head))
-            dyn = [cost(m, m_blocks, causal, block_m, block_n) for m in order(m_blocks, bh, section, causal, False)]
-            alt = [cost(m, m_blocks, causal, block_m, block_n) for m in order(m_blocks, bh, section, causal, True)]
+            section, dyn = shape.costs(mb, False)
+            _, alt = shape.costs(mb, True)
             row.append(f"{mb} MB ({section} heads): dynamic {balance_dynamic(dyn):.3f} "
                        f"alternating {balance_alternating(alt):.3f}")
         print(f"{spec:>22}  " + "  |  ".join(row))
@@ -108,19 +121,12 @@ def claims(specs: list[str]) -> None:
     each claim rule of balance_dynamic (session 56: Q ahead's claim a tile early)."""
     for spec in specs or ["128:2048", "128:16384", "128:2048:causal", "128:8192:causal", "128:16384:causal",
                           "128:4096:causal:llama", "128:8192:causal:llama"]:
-        d, s, *rest = spec.split(":")
-        d, s, causal = int(d), int(s), "causal" in rest
-        heads, batch, kv_heads = (32, 1, 8) if "llama" in rest else (2048 // d, 16384 // s, 2048 // d)
-        block_m, block_n = tile_config(d)
-        m_blocks, bh = -(-s // block_m), batch * heads
-        per_q_head = 2 * s * d * 2 // (heads // kv_heads)
-        section = max(1, min(bh, ((8 if causal else 4) << 20) // per_q_head))
-        costs = [cost(m, m_blocks, causal, block_m, block_n) for m in order(m_blocks, bh, section, causal, False)]
+        shape = Shape(spec)
+        _, costs = shape.costs(8 if shape.causal else 4, False)
         rules = [("end", 0), ("start", 0), ("late", 2), ("late", 4)]
         row = "  ".join(f"{rule}{n if rule == 'late' else ''} {balance_dynamic(costs, rule, n):.3f}"
                         for rule, n in rules)
         print(f"{spec:>22}  {len(costs)} tiles  {row}")
-
 
 if __name__ == "__main__":
     main(sys.argv[1:])
