@@ -170,14 +170,11 @@ struct MainloopSm90 {
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(q_full, Traits::kQBytes);
     copy(params.tma_q.with(*q_full), cta_q.partition_S(gQ), cta_q.partition_D(sQ));
   }
-  struct NoClaim {
-    __device__ void operator()() const {}
-  };
-  template <int kLate = 0, typename AfterFill, typename Claim = NoClaim>
+  template <int kLate, typename AfterFill, typename Claim>
   __device__ static void load_kv(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int bidb,
                                  int bidh, const Blocks& blocks, Pipeline& pipeline_k, Pipeline& pipeline_v,
                                  PipelineState& write, SharedStorage& storage, AfterFill&& after_fill,
-                                 Claim&& claim = {}) {
+                                 Claim&& claim) {
     const int bidh_k = bidh / (p.h / p.h_k);
     const TmaExtents x(p);
     const int batch = p.cu_seqlens_q ? 0 : bidb;
