@@ -30,14 +30,8 @@
 // the loads. Only with two Q buffers: with one, the next Q waits for this tile's epilogue. (ptxas
 // spills 24-100 bytes in the producer's path under it, which has 24 or 32 registers a thread.)
 // A claim made at a tile's start assigns the next tile by when CTAs start tiles, not by when they
-// finish them: with causal tiles of unequal lengths the dynamic scheduler then balances less well
-// (D 128 causal 8k and 16k lost 3-5% under it, session 56). Q_AHEAD_LATE = N > 0 (a build knob
-// for A/B runs, off by default) claims when N + 1 of the tile's K/V blocks are left to issue and
-// hands over one block later (MainloopSm90::load_kv's kLate), so that the claim is that much
-// older than the default's (made after the tile's last block) instead of a whole tile older.
-#ifndef CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_LATE
-#define CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_LATE 0
-#endif
+// finish them: with causal tiles of unequal lengths the dynamic scheduler balances less well, so
+// causal kernels go without it (flash_fwd_launch_sm90.h has the measurements).
 
 namespace cute_ops::flash {
 
@@ -188,8 +182,7 @@ struct FlashFwdKernelSm90 {
   // first fill of the rings. Its buffer is tile n - 1's, freed by that tile's last P V: every
   // load tile n - 1 and the start of tile n need is issued by then, so the wait for the buffer
   // cannot deadlock, and it ends before the rings have room again (that takes tile n's first S),
-  // so it holds no load back either. (Q_AHEAD_LATE hands over later still, after more than kStages
-  // of tile n's blocks: the consumers are into tile n then, so the buffer is already free.)
+  // so it holds no load back either.
   template <typename Pipeline, typename PipelineState>
   __device__ static void produce_q_ahead(const Params& params, Pipeline& pipeline_k, Pipeline& pipeline_v,
                                          PipelineState& write, SharedStorage& storage) {
@@ -218,15 +211,9 @@ struct FlashFwdKernelSm90 {
     int idx = Scheduler::first(sched);
     skip_empty(idx);
     hand_over(0, idx);
-    constexpr int kLate = CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_LATE;
 #pragma unroll 1
     for (int n = 0; idx < sched.tiles; ++n) {
-      // Claimed now, read once this tile's first loads are out (kLate > 0: claimed by load_kv's claim(),
-      // kLate + 1 blocks before the tile's loads end).
-      int upcoming = kLate > 0 ? sched.tiles : Scheduler::next(sched, idx);
-      auto claim = [&] {
-        if constexpr (kLate > 0) upcoming = Scheduler::next(sched, idx);
-      };
+      int upcoming = Scheduler::next(sched, idx);  // claimed now, read once this tile's first loads are out
       auto hand_over_next = [&] {
         skip_empty(upcoming);
         hand_over(n + 1, upcoming);
@@ -235,10 +222,9 @@ struct FlashFwdKernelSm90 {
       const SeqInfo seq(p, t.bidb);
       const typename Mainloop::Blocks blocks(t.m_block, seq.seqlen_q, seq.seqlen_k);
       if (blocks.n_max > 0) {
-        Mainloop::template load_kv<kLate>(params.mainloop, p, seq, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v,
-                                          write, storage, hand_over_next, claim);
+        Mainloop::load_kv(params.mainloop, p, seq, t.bidb, t.bidh, blocks, pipeline_k, pipeline_v, write, storage,
+                          hand_over_next);
       } else {
-        claim();
         hand_over_next();
       }
       idx = upcoming;

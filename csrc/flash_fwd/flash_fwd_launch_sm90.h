@@ -90,10 +90,14 @@ using FlashFwdShortCausalConfigSm90 = FlashFwdD64ConfigSm90<128, 5, E>;
 template <typename E> struct FlashFwdTileConfigSm90<96, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<96, 128, 128, 2, E>;
 };
-// Q ahead at 128 only: on an H200 (session 56, two rounds a build) +1.1% at 2k (bf16 and fp16)
-// and 16k, +0.7% at LLaMA-3-8B's causal 4k; at head dim 64 it lost 1.9% at 2k and 2.6% at 512
-// causal, whose tiles already wait 0.14 us for their Q against 0.85 us at 128; at 96 it gained at
-// 512 only and lost 1.5% at 16k.
+// Q ahead at 128 only, and for non-causal calls only (KernelSm90For). On an H200 (session 56, two
+// rounds a build) +1.1% at 2k (bf16 and fp16) and 16k; at head dim 64 it lost 1.9% at 2k and 2.6%
+// at 512 causal, whose tiles already wait 0.14 us for their Q against 0.85 us at 128; at 96 it
+// gained at 512 only and lost 1.5% at 16k. Causal at 128 (session 57, two rounds a build, TFLOP/s
+// with it / without): 8k 574, 575 / 606, 600; 16k 601, 598 / 625, 625; 2k and LLaMA-3-8B 4k and 8k
+// even; the early claim unbalances the dynamic scheduler over causal tiles of unequal lengths
+// (perf/tools/flash_fwd_schedule.py --claims). Claiming two blocks before a tile's loads end
+// instead (a knob, since removed) recovered 8k and 16k as well but lost 1-1.5% at 2k.
 template <typename E> struct FlashFwdTileConfigSm90<128, E> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<128, 128, 128, 2, E>;
   static constexpr bool kQAhead = true;
@@ -118,12 +122,12 @@ template <typename E> struct FlashFwdTileConfigSm90<256, E> : TwoConsumerRegiste
 #define CUTE_OPS_FLASH_FWD_SM90_PERSISTENT 1
 #endif
 // Q ahead: -1 as each config says (kQAhead above), 0 nowhere, 1 wherever there are two Q buffers;
-// Q_AHEAD_CAUSAL 0 keeps it off for causal calls (an A/B of session 56's causal losses).
+// causal calls only with Q_AHEAD_CAUSAL 1 (measured above: off by default).
 #ifndef CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD
 #define CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD -1
 #endif
 #ifndef CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_CAUSAL
-#define CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_CAUSAL 1
+#define CUTE_OPS_FLASH_FWD_SM90_Q_AHEAD_CAUSAL 0
 #endif
 
 template <typename Config, bool kIsCausal>

@@ -147,13 +147,11 @@ struct MainloopSm90 {
     }
   }
 
-  // load() in two halves, for the kernel's Q ahead (load() stays whole for the configs without it:
-  // ptxas schedules their kernels alike then). load_q: the tile's Q, arriving on q_slot's q_full.
+  // load() in two halves, for the kernel's Q ahead (load() stays whole for the kernels without it:
+  // ptxas schedules them alike then). load_q: the tile's Q, arriving on q_slot's q_full.
   // load_kv: its K and V blocks; after_fill() runs once, when the rings' kStages stages have taken
   // the tile's first blocks (or after its last block, if it has fewer): Q ahead hands the next
-  // tile's Q over there. kLate > 0 moves that point later, to where kLate blocks are left to issue
-  // (never before the first fill), and runs claim() one block before it (or before the first block
-  // of a tile too short for both): the kernel's Q_AHEAD_LATE knob.
+  // tile's Q over there.
   __device__ static void load_q(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int m_block,
                                 int bidb, int bidh, typename Traits::QSlot q_slot, SharedStorage& storage) {
     const TmaExtents x(p);
@@ -170,11 +168,10 @@ struct MainloopSm90 {
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(q_full, Traits::kQBytes);
     copy(params.tma_q.with(*q_full), cta_q.partition_S(gQ), cta_q.partition_D(sQ));
   }
-  template <int kLate, typename AfterFill, typename Claim>
+  template <typename AfterFill>
   __device__ static void load_kv(const Params& params, const FlashFwdParams& p, const SeqInfo& seq, int bidb,
                                  int bidh, const Blocks& blocks, Pipeline& pipeline_k, Pipeline& pipeline_v,
-                                 PipelineState& write, SharedStorage& storage, AfterFill&& after_fill,
-                                 Claim&& claim) {
+                                 PipelineState& write, SharedStorage& storage, AfterFill&& after_fill) {
     const int bidh_k = bidh / (p.h / p.h_k);
     const TmaExtents x(p);
     const int batch = p.cu_seqlens_q ? 0 : bidb;
@@ -193,16 +190,9 @@ struct MainloopSm90 {
     Tensor tVgV = cta_v.partition_S(gV);
     Tensor tVsV = cta_v.partition_D(sV);
     const int fill_block = blocks.n_max - 1 - Traits::kStages;  // the first block past the rings' first fill
-    const int hand_block = kLate > 0 ? min(fill_block, kLate - 1) : fill_block;  // blocks run n_max - 1 down to 0
-    if constexpr (kLate > 0) {
-      if (fill_block < 0) claim();
-    }
 #pragma unroll 1
     for (int n_block = blocks.n_max - 1; n_block >= 0; --n_block) {
-      if constexpr (kLate > 0) {
-        if (n_block == hand_block + 1 && fill_block >= 0) claim();
-      }
-      if (n_block == hand_block) after_fill();
+      if (n_block == fill_block) after_fill();
       pipeline_k.producer_acquire(write);
       copy(params.tma_k.with(*pipeline_k.producer_get_barrier(write)), tKgK(_, _, _, n_block),
            tKsK(_, _, _, write.index()));

@@ -52,7 +52,7 @@ def balance_dynamic(costs: list[float], claim: str = "end", late: int = 0) -> fl
     """claim: when a CTA asks for its next tile, relative to the last one it holds (start, end):
     "end" at end - AHEAD (the default kernel: after the tile's last K/V load); "start" at
     start - AHEAD, as its loads begin (Q ahead: the claim a tile early); "late" when late + 1 of
-    its blocks are left to load (Q_AHEAD_LATE), not before its loads begin."""
+    its blocks are left to load (session 56's Q_AHEAD_LATE knob, since removed), not before its loads begin."""
     g = min(len(costs), SMS)
     starts, ends = [0.0] * g, costs[:g]
 
