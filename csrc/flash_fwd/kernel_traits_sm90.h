@@ -13,6 +13,10 @@
 #include <cutlass/pipeline/pipeline.hpp>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#ifndef CUTE_OPS_FLASH_FWD_SM90_EARLY_Q_RELEASE
+#define CUTE_OPS_FLASH_FWD_SM90_EARLY_Q_RELEASE 0
+#endif
+
 namespace cute_ops::flash {
 
 using namespace cute;
@@ -91,6 +95,12 @@ struct FlashFwdTraitsSm90 {
   static constexpr int kSmemBudget = (227 - 1) * 1024;
   static constexpr bool kSeparateO = 2 * kQTileBytes + kKVRingBytes <= kSmemBudget;
   static constexpr int kQStages = kSeparateO && 3 * kQTileBytes + kKVRingBytes <= kSmemBudget ? 2 : 1;
+  // With O staged in Q's one buffer, a tile's end is serial: the last P V, O staged and stored,
+  // then the next Q loaded into the buffer, and only then its first S. kEarlyQRelease (the build
+  // knob EARLY_Q_RELEASE, off by default) gives the buffer back once the tile's last S = Q K^T has
+  // completed instead, and the epilogue stores O from registers, not staged, so that the next Q
+  // loads under the last softmax, P V and the epilogue (mainloop_sm90.h, epilogue_sm90.h).
+  static constexpr bool kEarlyQRelease = !kSeparateO && CUTE_OPS_FLASH_FWD_SM90_EARLY_Q_RELEASE != 0;
   struct BufferO {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutO>> o;
   };

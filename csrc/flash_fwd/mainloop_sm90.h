@@ -261,6 +261,12 @@ struct MainloopSm90 {
     // P in 16 bits, as the A operand of O += P V.
     Tensor tOrP = make_tensor<Element>(sm90::acc_as_a_operand(tSrS.layout()));
     const int group = thread / 128;
+    // Traits::kEarlyQRelease: this thread is done with Q once block 0's S has completed.
+    auto release_q_after = [&](int n) {
+      if constexpr (Traits::kEarlyQRelease) {
+        if (n == 0) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty[q_slot.stage]);
+      }
+    };
 
     clear(tOrO);  // the first block's rescale multiplies it by 0 (Q has landed: the caller waited)
 
@@ -304,6 +310,7 @@ struct MainloopSm90 {
       sm90::wait<0>(tSrS);
       pipeline_k.consumer_release(read_k);
       ++read_k;
+      release_q_after(n_block);
       bool moved = n_block >= blocks.n_unmasked ? scores_to_p(n_block, cute::true_type{}, rescale)
                                                 : scores_to_p(n_block, cute::false_type{}, rescale);
       round_p();
@@ -318,6 +325,7 @@ struct MainloopSm90 {
         sm90::wait<1>(tSrS);  // S complete (the older batch); P V may still run
         pipeline_k.consumer_release(read_k);
         ++read_k;
+        release_q_after(n_block);
         moved = scores_to_p(n_block, masked, rescale);
         // P V complete: tOrP and V's slot are free. After the softmax, which it would otherwise
         // be scheduled before (sm90::wait_after).
@@ -348,6 +356,7 @@ struct MainloopSm90 {
         sm90::wait<0>(tSrS);
         pipeline_k.consumer_release(read_k);
         ++read_k;
+        release_q_after(n_block);
         float rescale[Softmax::kRowsPerThread];
         if (scores_to_p(n_block, masked, rescale)) Softmax::rescale_o(tOrO_rc, rescale);
         round_p();
