@@ -13,9 +13,9 @@
 //   - O's own buffer: the store is left in flight; the group's next epilogue waits for it to have
 //     read the rows (and for the group's varlen copy-out) before staging again, and finish()
 //     before the CTA exits.
-//   - Q's buffer: rows of Q that only the same warp group's S = Q K^T read, all completed before
-//     its softmax; the store is waited for at once, and then the consumers arrive on q_empty,
-//     which lets the producer load the next tile's Q over it.
+//   - Q's buffer (without kEarlyQRelease): rows of Q that only the same warp group's S = Q K^T
+//     read, all completed before its softmax; the store is waited for at once, and then the
+//     consumers arrive on q_empty, which lets the producer load the next tile's Q over it.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 

@@ -98,8 +98,15 @@ template <typename E> struct FlashFwdTileConfigSm90<96, E> : TwoConsumerRegister
 // even; the early claim unbalances the dynamic scheduler over causal tiles of unequal lengths
 // (perf/tools/flash_fwd_schedule.py --claims). Claiming two blocks before a tile's loads end
 // instead (a knob, since removed) recovered 8k and 16k as well but lost 1-1.5% at 2k.
+// D128_STAGES (a build knob): 3 leaves no room for a second Q buffer or O's own, so O is staged
+// in Q's one buffer as at head dim 256; that lost 3% at 2k and 10-18% at 512 (session 53), paying
+// the O store and the next Q's load at every tile's end. With EARLY_Q_RELEASE=1
+// (kernel_traits_sm90.h) neither is serial: the A/B to run.
+#ifndef CUTE_OPS_FLASH_FWD_SM90_D128_STAGES
+#define CUTE_OPS_FLASH_FWD_SM90_D128_STAGES 2
+#endif
 template <typename E> struct FlashFwdTileConfigSm90<128, E> : TwoConsumerRegisters {
-  using Traits = FlashFwdTraitsSm90<128, 128, 128, 2, E>;
+  using Traits = FlashFwdTraitsSm90<128, 128, 128, CUTE_OPS_FLASH_FWD_SM90_D128_STAGES, E>;
   static constexpr bool kQAhead = true;
 };
 template <typename E> struct FlashFwdTileConfigSm90<256, E> : TwoConsumerRegisters {

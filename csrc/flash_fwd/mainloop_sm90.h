@@ -261,7 +261,8 @@ struct MainloopSm90 {
     // P in 16 bits, as the A operand of O += P V.
     Tensor tOrP = make_tensor<Element>(sm90::acc_as_a_operand(tSrS.layout()));
     const int group = thread / 128;
-    // Traits::kEarlyQRelease: this thread is done with Q once block 0's S has completed.
+    // Traits::kEarlyQRelease: this thread is done with Q once block 0's S has completed (the
+    // loops below end at block 0; a lower bound on the key blocks would have to move this).
     auto release_q_after = [&](int n) {
       if constexpr (Traits::kEarlyQRelease) {
         if (n == 0) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty[q_slot.stage]);
