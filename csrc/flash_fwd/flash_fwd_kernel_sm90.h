@@ -28,8 +28,8 @@
 // issued, instead of after that tile's last block; and claims the tile from the scheduler one tile
 // ahead, so that the claim's round trip (an atomic on the dynamic scheduler's counter) runs under
 // the loads. Only with two Q buffers: with one, the next Q waits for this tile's epilogue (or its
-// last S, under kEarlyQRelease). (ptxas
-// spills 24-100 bytes in the producer's path under it, which has 24 or 32 registers a thread.)
+// last S, under kEarlyQRelease). (ptxas spills 24-100 bytes in the producer's path under it,
+// which has 24 or 32 registers a thread.)
 // A claim made at a tile's start assigns the next tile by when CTAs start tiles, not by when they
 // finish them: with causal tiles of unequal lengths the dynamic scheduler balances less well, so
 // causal kernels go without it (flash_fwd_launch_sm90.h has the measurements).
