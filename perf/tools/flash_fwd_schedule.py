@@ -52,7 +52,8 @@ def balance_dynamic(costs: list[float], claim: str = "end", late: int = 0) -> fl
     """claim: when a CTA asks for its next tile, relative to the last one it holds (start, end):
     "end" at end - AHEAD (the default kernel: after the tile's last K/V load); "start" at
     start - AHEAD, as its loads begin (Q ahead: the claim a tile early); "late" when late + 1 of
-    its blocks are left to load (session 56's Q_AHEAD_LATE knob, since removed), not before its loads begin."""
+    its blocks are left to load (session 56's Q_AHEAD_LATE knob, since removed), not before its
+    loads begin."""
     g = min(len(costs), SMS)
     starts, ends = [0.0] * g, costs[:g]
 
@@ -127,6 +128,7 @@ def claims(specs: list[str]) -> None:
         row = "  ".join(f"{rule}{n if rule == 'late' else ''} {balance_dynamic(costs, rule, n):.3f}"
                         for rule, n in rules)
         print(f"{spec:>22}  {len(costs)} tiles  {row}")
+
 
 if __name__ == "__main__":
     main(sys.argv[1:])
