@@ -6,16 +6,14 @@
 // whole tile would overwrite, so there the consumers copy the staged tile out with 16-byte stores
 // of the sequence's rows only.
 //
-// (Traits::kEarlyQRelease, a knob: no staging, O stored from the registers; kernel_traits_sm90.h.)
-//
 // Each consumer warp group stages and stores its own 64 rows, with its own named barrier. The
 // staging buffer's turns, with several tiles a CTA:
 //   - O's own buffer: the store is left in flight; the group's next epilogue waits for it to have
 //     read the rows (and for the group's varlen copy-out) before staging again, and finish()
 //     before the CTA exits.
-//   - Q's buffer (without kEarlyQRelease): rows of Q that only the same warp group's S = Q K^T
-//     read, all completed before its softmax; the store is waited for at once, and then the
-//     consumers arrive on q_empty, which lets the producer load the next tile's Q over it.
+//   - Q's buffer: rows of Q that only the same warp group's S = Q K^T read, all completed before
+//     its softmax; the store is waited for at once, and then the consumers arrive on q_empty,
+//     which lets the producer load the next tile's Q over it.
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
@@ -76,26 +74,6 @@ struct EpilogueSm90 {
     }
 
     Tensor rO = sm80::convert_to<Element>(tOrO);
-    if constexpr (Traits::kEarlyQRelease) {
-      // Q's buffer already holds the next tile's Q (the mainloop gave it back): O goes from the
-      // registers to global memory, each thread's pairs of adjacent columns as 4-byte stores, the
-      // sequence's rows only (padded or varlen alike).
-      Tensor rO_rc = make_tensor(rO.data(), sm90::acc_rowcol(rO.layout()));
-      Element* o = static_cast<Element*>(p.o) + seq.q_offset(p.o_batch_stride, p.o_row_stride, bidb) +
-                   bidh * p.o_head_stride;
-#pragma unroll
-      for (int mi = 0; mi < size<0>(rO_rc); ++mi) {
-        const int row = get<0>(tOcO_rc(mi, 0));
-        if (row >= rows) continue;
-        Element* o_row = o + static_cast<int64_t>(row0 + row) * p.o_row_stride;
-#pragma unroll
-        for (int ni = 0; ni < size<1>(rO_rc); ni += 2) {  // (acc_rowcol: columns ni, ni + 1 adjacent)
-          const uint32_t pair = uint32_t(rO_rc(mi, ni).raw()) | uint32_t(rO_rc(mi, ni + 1).raw()) << 16;
-          *reinterpret_cast<uint32_t*>(o_row + get<1>(tOcO_rc(mi, ni))) = pair;
-        }
-      }
-      return;
-    }
     Tensor sO = make_tensor(make_smem_ptr(Traits::o_buffer(storage)), typename Traits::SmemLayoutO{});
     // This warp group's 64 rows: it stages, stores and waits for them alone, so that one group's
     // epilogue runs while the other's last P V is on the tensor cores.

@@ -27,9 +27,8 @@
 // tile's Q over while it loads the tile before it, once that tile's first kStages K/V blocks are
 // issued, instead of after that tile's last block; and claims the tile from the scheduler one tile
 // ahead, so that the claim's round trip (an atomic on the dynamic scheduler's counter) runs under
-// the loads. Only with two Q buffers: with one, the next Q waits for this tile's epilogue (or its
-// last S, under kEarlyQRelease). (ptxas spills 24-100 bytes in the producer's path under it,
-// which has 24 or 32 registers a thread.)
+// the loads. Only with two Q buffers: with one, the next Q waits for this tile's epilogue. (ptxas
+// spills 24-100 bytes in the producer's path under it, which has 24 or 32 registers a thread.)
 // A claim made at a tile's start assigns the next tile by when CTAs start tiles, not by when they
 // finish them: with causal tiles of unequal lengths the dynamic scheduler balances less well, so
 // causal kernels go without it (flash_fwd_launch_sm90.h has the measurements).
@@ -168,8 +167,7 @@ struct FlashFwdKernelSm90 {
                     [&] { FWD_TRACE(q_reads, thread, 1); });  // the first S issued
       FWD_TRACE(q_reads, thread, 2);  // the last P V complete
       // Every wgmma reading this Q has completed; with O staged elsewhere, its buffer may take
-      // another Q now (otherwise the epilogue arrives once the store has read O out of it, or the
-      // mainloop did after the tile's last S, under kEarlyQRelease).
+      // another Q now (otherwise the epilogue arrives once the store has read O out of it).
       if constexpr (Traits::kSeparateO) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty[q_slot.stage]);
       Epilogue::store(params.epilogue, p, seq, t.m_block, t.bidb, t.bidh, tOrO, softmax, thread, storage);
       FWD_TRACE(q_reads, thread, 3);  // the epilogue done

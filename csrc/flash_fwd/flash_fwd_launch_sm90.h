@@ -4,6 +4,14 @@
 // compile one (dtype, head dim, causal) at a time. The TMA descriptors of q, k, v and out are
 // encoded on the host at each call and travel in the kernel's argument, so a captured launch
 // replays with them.
+//
+// Head dim 256's non-causal tile takes 80-key blocks, one of the wgmma N that CuTe's selector
+// offers only under this macro (otherwise five instructions of N = 16). The selector is compiled
+// where its header is first included, so the macro comes before every include; these files are
+// the first include of each sm90 instantiation, and kernel_traits_sm90.h asserts the choice.
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
 #include <algorithm>
 #include <type_traits>
 
@@ -31,11 +39,12 @@ namespace flash {
 //   96: 128-key blocks, two stages (2 x Q 24 KB + O 24 KB + K 48 KB + V 48 KB; 64-byte swizzle
 //       atoms, since a 192-byte row holds no whole 128-byte one); S 64 and O 48 floats a thread.
 //   128: 128-key blocks, two stages (2 x Q 32 KB + O 32 KB + K 64 KB + V 64 KB); S and O 64 floats
-//        a thread. (Three stages fit only with one Q buffer, O staged there: -10 to -18% at 512.)
-//   256: 64-key blocks, two stages (Q 64 KB, O staged there + K 64 KB + V 64 KB); O 128 and S 32
-//        floats a thread. (80-key blocks would fit too, but wgmma's N = 80 is one of CuTe's "extended"
-//        shapes, off by default: the selector then took 5 instructions of N = 16.)
-template <int kHeadDim, typename Element>
+//        a thread. (Three stages fit only with one Q buffer, O staged there: -10 to -18% at 512;
+//        with that Q buffer given back after the tile's last S and O stored from the registers,
+//        -3.5 to -5% at 2k and -13% at 512, session 58.)
+//   256: 80-key blocks non-causal, 64 causal (below), two stages (Q 64 KB, O staged there + K and
+//        V 80 or 64 KB each); O 128 and S 40 or 32 floats a thread.
+template <int kHeadDim, typename Element, bool kIsCausal>
 struct FlashFwdTileConfigSm90;
 // The producer's 128 threads at 24 registers and the two consumer groups' 256 at 240: the
 // 384-thread CTA's whole budget (flash_fwd_kernel_sm90.h asserts it). kQAhead: the producer hands
@@ -69,8 +78,8 @@ struct FlashFwdD64ConfigSm90 : std::conditional_t<kRows == 192, ThreeConsumerReg
 #ifndef CUTE_OPS_FLASH_FWD_SM90_D64_STAGES
 #define CUTE_OPS_FLASH_FWD_SM90_D64_STAGES 4
 #endif
-template <typename E>
-struct FlashFwdTileConfigSm90<64, E>
+template <typename E, bool kIsCausal>
+struct FlashFwdTileConfigSm90<64, E, kIsCausal>
     : FlashFwdD64ConfigSm90<CUTE_OPS_FLASH_FWD_SM90_D64_ROWS, CUTE_OPS_FLASH_FWD_SM90_D64_STAGES, E> {};
 // Causal calls of up to this many queries take 128 rows and five stages where 192-row tiles would
 // pad the queries by more than a sixteenth over 128-row ones (takes_short_causal_tile below); 0
@@ -87,7 +96,7 @@ inline bool takes_short_causal_tile(int seqlen_q) {
 }
 template <typename E>
 using FlashFwdShortCausalConfigSm90 = FlashFwdD64ConfigSm90<128, 5, E>;
-template <typename E> struct FlashFwdTileConfigSm90<96, E> : TwoConsumerRegisters {
+template <typename E, bool kIsCausal> struct FlashFwdTileConfigSm90<96, E, kIsCausal> : TwoConsumerRegisters {
   using Traits = FlashFwdTraitsSm90<96, 128, 128, 2, E>;
 };
 // Q ahead at 128 only, and for non-causal calls only (KernelSm90For). On an H200 (session 56, two
@@ -98,19 +107,17 @@ template <typename E> struct FlashFwdTileConfigSm90<96, E> : TwoConsumerRegister
 // even; the early claim unbalances the dynamic scheduler over causal tiles of unequal lengths
 // (perf/tools/flash_fwd_schedule.py --claims). Claiming two blocks before a tile's loads end
 // instead (a knob, since removed) recovered 8k and 16k as well but lost 1-1.5% at 2k.
-// D128_STAGES (a build knob): 3 leaves no room for a second Q buffer or O's own, so O is staged
-// in Q's one buffer as at head dim 256; that lost 3% at 2k and 10-18% at 512 (session 53), paying
-// the O store and the next Q's load at every tile's end. With EARLY_Q_RELEASE=1
-// (kernel_traits_sm90.h) neither is serial: the A/B to run.
-#ifndef CUTE_OPS_FLASH_FWD_SM90_D128_STAGES
-#define CUTE_OPS_FLASH_FWD_SM90_D128_STAGES 2
-#endif
-template <typename E> struct FlashFwdTileConfigSm90<128, E> : TwoConsumerRegisters {
-  using Traits = FlashFwdTraitsSm90<128, 128, 128, CUTE_OPS_FLASH_FWD_SM90_D128_STAGES, E>;
+template <typename E, bool kIsCausal> struct FlashFwdTileConfigSm90<128, E, kIsCausal> : TwoConsumerRegisters {
+  using Traits = FlashFwdTraitsSm90<128, 128, 128, 2, E>;
   static constexpr bool kQAhead = true;
 };
-template <typename E> struct FlashFwdTileConfigSm90<256, E> : TwoConsumerRegisters {
-  using Traits = FlashFwdTraitsSm90<256, 128, 64, 2, E>;
+// Head dim 256's key blocks: 80 (FlashAttention-3's choice here; 224 KB with Q's buffer) against
+// 64 on an H200 (session 58, two rounds a build, TFLOP/s, bf16 unless marked): 2k 649, 650 / 625,
+// 625; 2k fp16 620, 610 / 605, 598; 8k 738, 736 / 691, 691; the fewer, longer blocks. Causal the
+// other way: 2k 516, 528 / 534, 534; 512 fp16 304, 308 / 320, 335 (a 128-row diagonal crosses
+// more 80-key blocks, each masked); 16k causal 715 / 709, 713. So 80 for non-causal calls only.
+template <typename E, bool kIsCausal> struct FlashFwdTileConfigSm90<256, E, kIsCausal> : TwoConsumerRegisters {
+  using Traits = FlashFwdTraitsSm90<256, 128, kIsCausal ? 64 : 80, 2, E>;
 };
 
 // The schedule, build knobs for A/B runs (rebuild with e.g.
@@ -178,7 +185,7 @@ void run_flash_fwd_sm90_(const FlashFwdParams& p, cudaStream_t stream) {
       return;
     }
   }
-  flash::launch_flash_fwd_sm90<flash::KernelSm90For<flash::FlashFwdTileConfigSm90<kHeadDim, Element>, kIsCausal>>(
+  flash::launch_flash_fwd_sm90<flash::KernelSm90For<flash::FlashFwdTileConfigSm90<kHeadDim, Element, kIsCausal>, kIsCausal>>(
       p, stream);
 }
 

@@ -13,10 +13,6 @@
 #include <cutlass/pipeline/pipeline.hpp>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
-#ifndef CUTE_OPS_FLASH_FWD_SM90_EARLY_Q_RELEASE
-#define CUTE_OPS_FLASH_FWD_SM90_EARLY_Q_RELEASE 0
-#endif
-
 namespace cute_ops::flash {
 
 using namespace cute;
@@ -46,6 +42,9 @@ struct FlashFwdTraitsSm90 {
   // V is stored [kBlockN, kHeadDim] with the head dim contiguous, i.e. N-major for this product.
   using TiledMmaO = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, TileShapeO, GMMA::Major::K, GMMA::Major::MN>(), AtomLayout{}));
+  // One instruction spans the key block: a block of N outside CuTe's default wgmma shapes (80) needs
+  // CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED before the first CuTe header (flash_fwd_launch_sm90.h).
+  static_assert(size<1>(typename TiledMmaS::AtomShape_MNK{}) == kBlockN, "S = Q K^T would take several wgmma a k-slice");
 
   // K-major (head dim contiguous) swizzled layouts that wgmma reads and TMA writes.
   template <int kRows>
@@ -95,12 +94,6 @@ struct FlashFwdTraitsSm90 {
   static constexpr int kSmemBudget = (227 - 1) * 1024;
   static constexpr bool kSeparateO = 2 * kQTileBytes + kKVRingBytes <= kSmemBudget;
   static constexpr int kQStages = kSeparateO && 3 * kQTileBytes + kKVRingBytes <= kSmemBudget ? 2 : 1;
-  // With O staged in Q's one buffer, a tile's end is serial: the last P V, O staged and stored,
-  // then the next Q loaded into the buffer, and only then its first S. kEarlyQRelease (the build
-  // knob EARLY_Q_RELEASE, off by default) gives the buffer back once the tile's last S = Q K^T has
-  // completed instead, and the epilogue stores O from registers, not staged, so that the next Q
-  // loads under the last softmax, P V and the epilogue (mainloop_sm90.h, epilogue_sm90.h).
-  static constexpr bool kEarlyQRelease = !kSeparateO && CUTE_OPS_FLASH_FWD_SM90_EARLY_Q_RELEASE != 0;
   struct BufferO {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutO>> o;
   };

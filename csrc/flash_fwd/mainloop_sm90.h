@@ -261,13 +261,6 @@ struct MainloopSm90 {
     // P in 16 bits, as the A operand of O += P V.
     Tensor tOrP = make_tensor<Element>(sm90::acc_as_a_operand(tSrS.layout()));
     const int group = thread / 128;
-    // Traits::kEarlyQRelease: this thread is done with Q once block 0's S has completed (the
-    // loops below end at block 0; a lower bound on the key blocks would have to move this).
-    auto release_q_after = [&](int n) {
-      if constexpr (Traits::kEarlyQRelease) {
-        if (n == 0) cutlass::arch::ClusterBarrier::arrive(&storage.q_empty[q_slot.stage]);
-      }
-    };
 
     clear(tOrO);  // the first block's rescale multiplies it by 0 (Q has landed: the caller waited)
 
@@ -311,12 +304,14 @@ struct MainloopSm90 {
       sm90::wait<0>(tSrS);
       pipeline_k.consumer_release(read_k);
       ++read_k;
-      release_q_after(n_block);
       bool moved = n_block >= blocks.n_unmasked ? scores_to_p(n_block, cute::true_type{}, rescale)
                                                 : scores_to_p(n_block, cute::false_type{}, rescale);
       round_p();
-      // One block further: S of n_block issued, then the previous block's P V.
-      auto step = [&](auto masked) {
+      // One block further: S of n_block issued, then the previous block's P V. Inlined by force:
+      // left to itself, nvcc made the unmasked step a call at head dim 256's 80-key blocks, its
+      // captures on the stack (1.3 KB of local memory a thread). (At head dims 64, 96 and 128 the
+      // SASS is the same either way; at 256 with 64-key blocks the same instructions reorder.)
+      auto step = [&](auto masked) __attribute__((always_inline)) {
         pipeline_k.consumer_wait(read_k);
         turn_begin(group);
         issue_s();
@@ -326,7 +321,6 @@ struct MainloopSm90 {
         sm90::wait<1>(tSrS);  // S complete (the older batch); P V may still run
         pipeline_k.consumer_release(read_k);
         ++read_k;
-        release_q_after(n_block);
         moved = scores_to_p(n_block, masked, rescale);
         // P V complete: tOrP and V's slot are free. After the softmax, which it would otherwise
         // be scheduled before (sm90::wait_after).
@@ -357,7 +351,6 @@ struct MainloopSm90 {
         sm90::wait<0>(tSrS);
         pipeline_k.consumer_release(read_k);
         ++read_k;
-        release_q_after(n_block);
         float rescale[Softmax::kRowsPerThread];
         if (scores_to_p(n_block, masked, rescale)) Softmax::rescale_o(tOrO_rc, rescale);
         round_p();
