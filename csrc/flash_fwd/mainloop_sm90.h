@@ -309,8 +309,8 @@ struct MainloopSm90 {
       round_p();
       // One block further: S of n_block issued, then the previous block's P V. Inlined by force:
       // left to itself, nvcc made the unmasked step a call at head dim 256's 80-key blocks, its
-      // captures on the stack (1.3 KB of local memory a thread). (At head dims 64, 96 and 128 the
-      // SASS is the same either way; at 256 with 64-key blocks the same instructions reorder.)
+      // captures on the stack (1.3 KB of local memory a thread). (At head dim 128 the SASS is the
+      // same either way; at 64, 96 and 256's 64-key blocks the same instructions reorder.)
       auto step = [&](auto masked) __attribute__((always_inline)) {
         pipeline_k.consumer_wait(read_k);
         turn_begin(group);
