@@ -478,6 +478,15 @@ def test_flash_fwd_schedule_model():
     end, start, late = (model.balance_dynamic(tiles, rule, 2) for rule in ("end", "start", "late"))
     assert start < end - 0.05 and late == pytest.approx(end, abs=0.005)
     assert all(model.balance_dynamic(costs, rule, 2) == pytest.approx(1.0) for rule in ("start", "late"))
+    # Head dim 256's key blocks: 80 non-causal, 64 causal (flash_fwd_launch_sm90.h).
+    assert model.tile_config(256) == (128, 80) and model.tile_config(256, causal=True) == (128, 64)
+    # A stream-K tail: whole waves need none (nothing cut), a part-filled last wave of long tiles
+    # gains (15.5 waves: 0.970 as launched), and tiles of a few blocks lose to the merges.
+    assert model.balance_stream_k_tail(2 * model.SMS, 16) == pytest.approx(1.0)
+    long_tiles = [model.OVERHEAD + 128] * 2048
+    assert model.balance_dynamic(long_tiles) == pytest.approx(2048 / model.SMS / 16)
+    assert model.balance_stream_k_tail(2048, 128) > 0.99 > model.balance_dynamic(long_tiles)
+    assert model.balance_stream_k_tail(2048, 4) < model.balance_dynamic([model.OVERHEAD + 4] * 2048)
 
 
 # -- perf/tools/gemv_tile_probe.py ----------------------------------------------------------------

@@ -11,9 +11,13 @@ mean CTA's busy time over the longest one's (1.0 = every CTA ends together), for
 The model has no L2 in it: the section size's other effect (docs/perf-notes.md) is measured. Nor
 does it see a tile's loads: a schedule it rated 0.98 against 0.88 (every head's shortest query
 blocks last) measured no faster on an H200 (session 52).
+With --tail: non-causal launches (equal tiles, where no order helps), the balance as launched
+against a stream-K tail that splits the last two waves' key blocks evenly over the CTAs (each
+tile cut between two CTAs pays MERGE blocks for its partial O written and merged).
 Usage:
     python perf/tools/flash_fwd_schedule.py [D:S[:causal][:llama] ...]   e.g. 128:16384:causal
     python perf/tools/flash_fwd_schedule.py --claims [D:S[:causal][:llama] ...]
+    python perf/tools/flash_fwd_schedule.py --tail [D:S[:llama] ...]
 (the grid's shapes: 16k tokens a batch, 2048 / D heads; llama: 32 query heads sharing 8, one
 sequence.)"""
 from __future__ import annotations
@@ -25,11 +29,12 @@ SMS = 132           # an H100 SXM's SMs (the H200 has as many)
 OVERHEAD = 2.5      # a tile's fixed cost, in key blocks (prologue, first softmax, epilogue)
 AHEAD = 2.0         # key blocks before a tile's end at which its producer asks for the next
 SECTIONS_MB = (1, 4, 8, 24)
+MERGE = 1.0         # a split tile's partial O written by one CTA and merged by the other, in key blocks
 
 
-def tile_config(d: int) -> tuple[int, int]:
+def tile_config(d: int, causal: bool = False) -> tuple[int, int]:
     """(query rows, keys) of a tile per head dim (csrc/flash_fwd/flash_fwd_launch_sm90.h)."""
-    return (192 if d == 64 else 128), (64 if d == 256 else 128)
+    return (192 if d == 64 else 128), ((64 if causal else 80) if d == 256 else 128)
 
 
 def order(m_blocks: int, bh: int, section: int, causal: bool, alternate_sections: bool) -> list[int]:
@@ -92,7 +97,7 @@ class Shape:
         d, s = int(d), int(s)
         self.causal = "causal" in rest
         heads, batch, kv_heads = (32, 1, 8) if "llama" in rest else (2048 // d, 16384 // s, 2048 // d)
-        self.block_m, self.block_n = tile_config(d)
+        self.block_m, self.block_n = tile_config(d, self.causal)
         self.m_blocks, self.bh = -(-s // self.block_m), batch * heads
         self.per_q_head = 2 * s * d * 2 // (heads // kv_heads)  # K and V bytes a query head reads
 
@@ -103,9 +108,38 @@ class Shape:
                          for m in order(self.m_blocks, self.bh, section, self.causal, alternate_sections)]
 
 
+def balance_stream_k_tail(tiles: int, blocks: float) -> float:
+    """Equal tiles of OVERHEAD + blocks each: all but the last two waves (or all, if fewer) whole
+    tiles a CTA, the rest's key blocks split evenly; a CTA's share of the tail cuts at most two
+    tiles, and each cut costs MERGE (plus OVERHEAD for the second CTA's own prologue)."""
+    g = min(tiles, SMS)
+    whole_waves = max(0, tiles // g - 2)
+    rest = tiles - whole_waves * g
+    cuts = 0 if rest % g == 0 else min(rest, g)  # tiles cut between two CTAs
+    tail_work = rest * (OVERHEAD + blocks) + cuts * (OVERHEAD + MERGE)
+    longest = whole_waves * (OVERHEAD + blocks) + tail_work / g
+    return tiles * (OVERHEAD + blocks) / g / longest
+
+
+def tail(specs: list[str]) -> None:
+    """Non-causal shapes: the balance of equal tiles as launched (whole waves and a part-filled
+    last one) against a stream-K tail (balance_stream_k_tail)."""
+    for spec in specs or ["64:2048", "128:2048", "256:2048", "128:512", "128:16384", "256:16384"]:
+        shape = Shape(spec)
+        if shape.causal:
+            raise SystemExit(f"--tail models equal (non-causal) tiles: {spec}")
+        _, costs = shape.costs(4, False)
+        blocks = costs[0] - OVERHEAD
+        print(f"{spec:>22}  {len(costs)} tiles of {blocks:g} blocks, {len(costs) / SMS:.2f} waves: "
+              f"as launched {balance_dynamic(costs):.3f}, stream-K tail "
+              f"{balance_stream_k_tail(len(costs), blocks):.3f}")
+
+
 def main(specs: list[str]) -> None:
     if specs[:1] == ["--claims"]:
         return claims(specs[1:])
+    if specs[:1] == ["--tail"]:
+        return tail(specs[1:])
     for spec in specs or ["128:2048", "128:16384:causal", "128:2048:causal", "64:2048:causal",
                           "256:2048:causal", "128:4096:causal:llama"]:
         shape, row = Shape(spec), []
