@@ -63,7 +63,7 @@ def flash_fwd_cases():
         # More query tiles than SMs: each persistent CTA computes several, carrying its K/V rings, Q
         # buffers (two at D = 64 and 128; one, shared with O, at D = 256) and O stores across tiles.
         heads = 4 * -(-torch.cuda.get_device_properties(DEV).multi_processor_count // 4)  # >= SMs, GQA 4
-        for d, causal in ((64, True), (128, False), (256, True)):
+        for d, causal in ((64, True), (128, False), (256, True), (256, False)):
             cute_ops.flash_fwd(rand(2, 200, heads, d), rand(2, 230, heads // 4, d), rand(2, 230, heads // 4, d),
                                causal=causal, arch="sm90")
     lengths_q, lengths_k = [5, 0, 17, 1], [9, 3, 0, 40]
@@ -78,6 +78,8 @@ def flash_fwd_cases():
     if torch.cuda.get_device_capability()[0] == 9:  # the same through the sm90 kernel (and its checks kernel)
         qd, kd = rand(sum(lengths_q) + 6, 4, 128), rand(sum(lengths_k), 2, 128)
         cute_ops.flash_fwd_varlen(qd, kd, kd.clone(), cu_q, cu_k, 17, 40, causal=True, arch="sm90")
+        qw, kw = rand(sum(lengths_q) + 6, 4, 256), rand(sum(lengths_k), 2, 256)  # head dim 256's 80-key blocks
+        cute_ops.flash_fwd_varlen(qw, kw, kw.clone(), cu_q, cu_k, 17, 40, arch="sm90")
         cute_ops.flash_fwd_varlen(qd, kd, kd.clone(), bad_q, cu_k, 200, 40, arch="sm90")
         cute_ops.flash_fwd_varlen(qd, kd, kd.clone(), cu_q, cu_k, 3, 5, arch="sm90")
     assert cute_ops.read_errors() is not None

@@ -363,8 +363,9 @@ def _run_and_check(q, k, v, softmax_scale=None, causal=False):
     _assert_matches_reference(q, k, v, out, lse, softmax_scale, causal)
 
 
-# (1, 1000): one query over many keys, as in decoding; (1000, 17) with causal: most queries see no key.
-SEQLENS = [(1, 1), (17, 17), (127, 127), (1000, 1000), (1, 1000), (1000, 17)]
+# (1, 1000): one query over many keys, as in decoding; (1000, 17) with causal: most queries see no key;
+# (160, 240): whole 80-key blocks (head dim 256's non-causal tile on Hopper) and none masked.
+SEQLENS = [(1, 1), (17, 17), (127, 127), (1000, 1000), (1, 1000), (1000, 17), (160, 240)]
 
 
 @pytest.mark.gpu
@@ -499,7 +500,7 @@ def _assert_varlen_matches_reference(q, k, v, cu_q, cu_k, out, lse, softmax_scal
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("num_seqs", [1, 7, 64])
 def test_varlen_matches_reference(num_seqs, causal, head_dim, dtype):

@@ -23,6 +23,7 @@ sequence.)"""
 from __future__ import annotations
 
 import heapq
+import math
 import sys
 
 SMS = 132           # an H100 SXM's SMs (the H200 has as many)
@@ -109,13 +110,15 @@ class Shape:
 
 
 def balance_stream_k_tail(tiles: int, blocks: float) -> float:
-    """Equal tiles of OVERHEAD + blocks each: all but the last two waves (or all, if fewer) whole
-    tiles a CTA, the rest's key blocks split evenly; a CTA's share of the tail cuts at most two
-    tiles, and each cut costs MERGE (plus OVERHEAD for the second CTA's own prologue)."""
+    """Equal tiles of OVERHEAD + blocks each: whole tiles a CTA up to the last two waves, the rest's
+    key blocks split evenly over the CTAs, each tile cut between two CTAs charged MERGE plus a second
+    OVERHEAD. (Split evenly, how many waves the split spans does not change the result; shares are
+    not rounded to whole blocks; below one wave every CTA has a tile and both balances read 1.0,
+    so the SMs left idle there are not seen.)"""
     g = min(tiles, SMS)
     whole_waves = max(0, tiles // g - 2)
     rest = tiles - whole_waves * g
-    cuts = 0 if rest % g == 0 else min(rest, g)  # tiles cut between two CTAs
+    cuts = g - math.gcd(rest, g)  # the g - 1 boundaries between CTAs' shares, less those on tile edges
     tail_work = rest * (OVERHEAD + blocks) + cuts * (OVERHEAD + MERGE)
     longest = whole_waves * (OVERHEAD + blocks) + tail_work / g
     return tiles * (OVERHEAD + blocks) / g / longest
