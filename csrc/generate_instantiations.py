@@ -129,6 +129,9 @@ class Impl:
     header: str                      # defines the entry points' templates
     templates: dict                  # entry point -> its function template's name in `header`
     values: dict = field(default_factory=dict)  # axis -> the values this arch has, if not all of them
+    # The file defines CUTE_OPS_INSTANCE_<AXIS> (its int and bool axes' values, as 0 / 1 for a bool)
+    # before `header`, for a header that must choose its own includes per instantiation.
+    identity_macros: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,8 @@ FAMILIES = [
               Axis("head_dim", "int", "int kHeadDim", (64, 96, 128, 256), tag="hdim"),
               Axis("causal", "bool", "bool kIsCausal", (False, True), tag="causal")),
         entry_points={"run": EntryPoint("void", "const FlashFwdParams& p, cudaStream_t stream", "p, stream")},
-        impls=(Impl("sm90", "flash_fwd/flash_fwd_launch_sm90.h", {"run": "run_flash_fwd_sm90_"}),
+        impls=(Impl("sm90", "flash_fwd/flash_fwd_launch_sm90.h", {"run": "run_flash_fwd_sm90_"},
+                    identity_macros=True),
                Impl("sm80", "flash_fwd/flash_fwd_launch.h", {"run": "run_flash_fwd_"})),
         file_tags=("head_dim", "dtype", "causal"),
     ),
@@ -230,11 +234,14 @@ def _declare(family: Family, ep: EntryPoint, template: str, key: tuple | None) -
 
 def instantiation_file(family: Family, impl: Impl, key: tuple) -> str:
     guard = family.guard(impl)
+    identity = [f"#define CUTE_OPS_INSTANCE_{a.name.upper()} {int(v)}\n"
+                for a, v in zip(family.axes, key) if impl.identity_macros and a.kind != "dtype"]
     lines = [
         NOTICE,
         _comment(f"{family.name}, {impl.arch}: {_describe(family, key)}. One instantiation a file, so that the "
                  f"build compiles them in parallel; defining {guard} leaves it out, with its dispatch entries."),
         f"#ifndef {guard}\n",
+        *identity,
         f'#include "{impl.header}"\n\n',
         "namespace cute_ops {\n",
         *(_declare(family, ep, impl.templates[name], key) for name, ep in family.entry_points.items()),

@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,22 @@ def test_instantiations_are_todays(gen):
     found = [line for text in files.values() for line in text.splitlines() if line.startswith("template ")]
     assert sorted(found) == sorted(expected)
     assert len(files) == 16 + 16 + 4 + 6 + 6
+
+
+def test_identity_macros_match_the_instantiation(gen):
+    # flash_fwd's sm90 files say which instantiation they are before their header, which turns on
+    # CuTe's extended wgmma shapes for the one config that uses them (flash_fwd_launch_sm90.h); the
+    # macros must name the file's own template arguments, and no other family's files define them.
+    for path, text in gen.outputs().items():
+        if "/instantiations/" not in path:
+            continue
+        defines = dict(re.findall(r"^#define CUTE_OPS_INSTANCE_(\w+) (\d+)$", text, re.M))
+        if "flash_fwd_sm90_" not in path:
+            assert not defines, path
+            continue
+        args = re.search(r"run_flash_fwd_sm90_<cutlass::\w+, (\d+), (true|false)>", text)
+        assert defines == {"HEAD_DIM": args[1], "CAUSAL": str(int(args[2] == "true"))}, path
+        assert text.index("#define CUTE_OPS_INSTANCE_") < text.index("#include"), path
 
 
 def _expected_sets(gen) -> dict:

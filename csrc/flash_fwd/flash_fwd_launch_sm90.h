@@ -5,11 +5,15 @@
 // encoded on the host at each call and travel in the kernel's argument, so a captured launch
 // replays with them.
 //
-// Head dim 256's non-causal tile takes 80-key blocks, one of the wgmma N that CuTe's selector
-// offers only under this macro (otherwise five instructions of N = 16). The selector is compiled
-// where its header is first included, so the macro comes before every include; these files are
-// the first include of each sm90 instantiation, and kernel_traits_sm90.h asserts the choice.
-#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+// Head dim 256's non-causal tile takes 80-key blocks (FlashFwdTileConfigSm90<256> below), one of
+// the wgmma N that CuTe's selector offers only under CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+// (otherwise five instructions of N = 16). The macro must come before the first CuTe header, and
+// it makes a file compile about 2.5x slower, so only that instantiation's file turns it on: the
+// generated files say which instantiation they are (CUTE_OPS_INSTANCE_*) before including this
+// header first. kernel_traits_sm90.h asserts the choice, so a file that needed it and lacks it
+// fails to build.
+#if defined(CUTE_OPS_INSTANCE_HEAD_DIM) && CUTE_OPS_INSTANCE_HEAD_DIM == 256 && !CUTE_OPS_INSTANCE_CAUSAL && \
+    !defined(CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #endif
 #include <algorithm>

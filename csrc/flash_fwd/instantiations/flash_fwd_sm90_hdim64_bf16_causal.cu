@@ -3,6 +3,8 @@
 // build compiles them in parallel; defining CUTE_OPS_OMIT_FLASH_FWD_SM90 leaves it out, with its
 // dispatch entries.
 #ifndef CUTE_OPS_OMIT_FLASH_FWD_SM90
+#define CUTE_OPS_INSTANCE_HEAD_DIM 64
+#define CUTE_OPS_INSTANCE_CAUSAL 1
 #include "flash_fwd/flash_fwd_launch_sm90.h"
 
 namespace cute_ops {
