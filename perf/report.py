@@ -53,6 +53,8 @@ VARIANTS = {
     "ours_sm90": "the op's sm90 kernel forced (`arch=\"sm90\"`: wgmma, TMA), beside its automatic choice",
     "ours_two_launches": ("the same tiles as two stream-ordered launches, the control for gemm_pair's one-launch "
                           "scheduler"),
+    "ours_cublas_swiglu": ("cuBLAS's two matmuls with our `swiglu` kernel between them on the packed weights: the "
+                           "LLaMA model's other MLP route"),
     "ours_bf16_cache": ("our kernel over the bf16 cache of the same values, beside each fp8-cache case (issue 15's "
                         "fp8 target is a speedup over it)"),
     "ours_fp8_cache": "our decode step over an fp8 KV cache (`PagedKVCache(dtype=torch.float8_e4m3fn)`, scales 1.0)",

@@ -124,6 +124,52 @@ struct Epilogue {
     }
   }
 
+  // The register epilogue (SM90; a tile not split along K): the tile stored straight from the
+  // accumulators, with no staging tile, so that the mainloop's shared memory is free for the next
+  // tile's loads while these stores run. A wgmma accumulator fragment holds, in each 64-row slab, a
+  // thread's 2 adjacent columns of every 8-column group in both 8-row halves of its warp's 16 rows:
+  // ((2 columns, 2 halves, kBlockN / 8 groups), slabs, 1). Groups g and g + kBlockN / 16 are
+  // kBlockN / 2 columns apart in the same thread: SwiGLU's pairing in a full-width tile (gate
+  // column c, up column kBlockN / 2 + c), so the activation needs no exchange between threads.
+  // Each store is one 16-bit pair; a quad of threads writes 16 contiguous bytes of a row.
+  template <typename TiledMma, typename Acc>
+  __device__ __forceinline__ static void store_h_registers(const Acc& acc, const GemmPairParams& p, int row0,
+                                                           int rows, int tile_n) {
+    const Activation act = static_cast<Activation>(p.activation);
+    const int h_per_tile = h_cols_per_tile(p);
+    const int col0 = tile_n * h_per_tile;
+    const auto [r0, c0] = thread_origin<TiledMma>();
+    const int64_t ld = p.h_width;
+    Element* h = static_cast<Element*>(p.h) + (row0 + r0) * ld + col0 + c0;
+    const int rows_left = rows - r0;
+    if (act == Activation::kSwiGLU) {  // the caller's tile is full width: h_per_tile columns, each with its up column
+      for_each_pair<TiledMma, kBlockN / 16>(acc, [&](int dr, int dc, float g0, float g1, float u0, float u1) {
+        if (dr < rows_left) store2(h + dr * ld + dc, silu(g0) * u0, silu(g1) * u1);
+      });
+    } else {
+      const bool is_gelu = act == Activation::kGeLU;
+      const int cols_left = min(h_per_tile, p.h_width - col0) - c0;
+      for_each_pair<TiledMma, 0>(acc, [&](int dr, int dc, float x0, float x1, float, float) {
+        if (dr < rows_left && dc < cols_left) {
+          store2(h + dr * ld + dc, is_gelu ? gelu(x0) : x0, is_gelu ? gelu(x1) : x1);
+        }
+      });
+    }
+  }
+
+  template <typename TiledMma, typename Acc>
+  __device__ __forceinline__ static void store_out_registers(const Acc& acc, const GemmPairParams& p, int row0,
+                                                             int rows, int tile_n) {
+    const int col0 = tile_n * kBlockN;
+    const auto [r0, c0] = thread_origin<TiledMma>();
+    const int64_t ld = p.n1;
+    Element* out = static_cast<Element*>(p.out) + (row0 + r0) * ld + col0 + c0;
+    const int rows_left = rows - r0, cols_left = min(kBlockN, p.n1 - col0) - c0;
+    for_each_pair<TiledMma, 0>(acc, [&](int dr, int dc, float x0, float x1, float, float) {
+      if (dr < rows_left && dc < cols_left) store2(out + dr * ld + dc, x0, x1);
+    });
+  }
+
   // Split-K of GEMM kGemm (the params' members suffixed kGemm: partials, arrived, tiles, splits).
   // Publishes this split's part of the tile (rows [row0, row0 + rows), columns [col0, col0 +
   // width) of the GEMM's output) and counts its arrival at the tile's counter. Returns true in the
@@ -151,6 +197,55 @@ struct Epilogue {
   }
 
  private:
+  __device__ __forceinline__ static void store2(Element* dst, float lo, float hi) {
+    *reinterpret_cast<uint32_t*>(dst) = pack2<Element>(lo, hi);
+  }
+
+  // The tile coordinates (row, column) of this thread's first accumulator.
+  template <typename TiledMma>
+  __device__ __forceinline__ static cute::tuple<int, int> thread_origin() {
+    Tensor cC = make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{});
+    const auto rc = TiledMma{}.get_thread_slice(thread()).partition_C(cC)(0);
+    return {static_cast<int>(get<0>(rc)), static_cast<int>(get<1>(rc))};
+  }
+
+  // Calls f(dr, dc, x[c], x[c + 1], x[c + d], x[c + d + 1]) for each pair of adjacent columns
+  // (c, c + 1) of this thread's accumulators, (dr, dc) its offset from thread_origin() and d = 8 *
+  // kPairGroups columns: with kPairGroups > 0 only for the pairs of the first kPairGroups column
+  // groups, with 0 for every pair (the last two arguments then repeat the first two). The offsets
+  // are the same in every thread (the layout is thread part plus value part, with no carry between
+  // rows and columns): taken from thread 0's partition, they fold into constants, so a store's
+  // address is one of a few row pointers plus an immediate.
+  template <typename TiledMma, int kPairGroups, typename Acc, typename F>
+  __device__ __forceinline__ static void for_each_pair(const Acc& acc, F&& f) {
+    using AccLayout = typename Acc::layout_type;
+    static_assert(decltype(size<0, 0>(AccLayout{}))::value == 2 && decltype(size<0, 1>(AccLayout{}))::value == 2 &&
+                      decltype(size<0, 2>(AccLayout{}))::value == kBlockN / 8 &&
+                      decltype(size<2>(AccLayout{}))::value == 1,
+                  "a wgmma accumulator fragment of one atom across the tile's columns");
+    constexpr int kSlabs = decltype(size<1>(AccLayout{}))::value;
+    constexpr int kGroups = kPairGroups > 0 ? kPairGroups : kBlockN / 8;
+    Tensor cC = make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor t0cC = TiledMma{}.get_thread_slice(0).partition_C(cC);  // thread 0's (row, col) of each value
+    const int r00 = get<0>(t0cC(0)), c00 = get<1>(t0cC(0));
+    CUTE_UNROLL
+    for (int slab = 0; slab < kSlabs; ++slab) {
+      CUTE_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        CUTE_UNROLL
+        for (int g = 0; g < kGroups; ++g) {
+          const auto x0 = make_coord(make_coord(0, half, g), slab, 0);
+          const auto x1 = make_coord(make_coord(1, half, g), slab, 0);
+          const auto y0 = make_coord(make_coord(0, half, g + kPairGroups), slab, 0);
+          const auto y1 = make_coord(make_coord(1, half, g + kPairGroups), slab, 0);
+          const auto rc = t0cC(x0);
+          f(static_cast<int>(get<0>(rc)) - r00, static_cast<int>(get<1>(rc)) - c00, acc(x0), acc(x1), acc(y0),
+            acc(y1));
+        }
+      }
+    }
+  }
+
   // Writes this split's float32 tile to its slice of `partials` (split-major: split * split_stride
   // + row * ld + col), then counts its arrival on `arrived`. Returns true in the CTA whose split
   // arrived last; there every split's partial is visible.

@@ -29,6 +29,13 @@
 #include "gemm_pair/tile_sync.h"
 #include "gemm_pair/trace.h"
 
+// Tiles not split along K stored from the accumulators' registers (Epilogue::store_h_registers),
+// releasing the shared memory to the next tile's loads before their epilogue; 0: every tile
+// through the staging tile. A knob for A/B runs (rebuild with NVCC_APPEND_FLAGS=-D...=0).
+#ifndef CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE
+#define CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE 0
+#endif
+
 namespace cute_ops::gemm_pair {
 
 using namespace cute;
@@ -62,6 +69,7 @@ struct GemmPairKernelSm90 {
   // two row blocks, 3-6%); at 8 row blocks and more (M >= 2048), where a weight tile's row blocks
   // come a column group apart, evict-first everywhere lost 2-3% (docs/perf-notes.md, session 38).
   static constexpr int kEvictFirstRowBlocks = 2;
+  static constexpr bool kRegisterEpilogue = CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE != 0;
 
   // The ring and the staging tile have shared memory apart when both fit (the next tile loads
   // during an epilogue); otherwise they share it, and the producer takes the next ticket only
@@ -143,6 +151,16 @@ struct GemmPairKernelSm90 {
     return p.tile_sync ? m_block * p.splits1 + split : m_block;
   }
 
+  // Whether tile w's epilogue runs from the registers (kRegisterEpilogue): a tile computed whole,
+  // not a K-split's part, and for SwiGLU a full-width GEMM0 tile (a narrower last tile pairs its
+  // gate and up columns half its width apart, which the staging tile does).
+  __device__ __forceinline__ static bool epilogue_in_registers(const GemmPairParams& p, const WorkTile& w) {
+    if constexpr (!kRegisterEpilogue) return false;
+    if (w.gemm == 1) return p.splits1 == 1;
+    return !kSplitK0 &&
+           (p.activation != static_cast<int>(Activation::kSwiGLU) || (w.n_tile + 1) * kBlockN <= p.n0);
+  }
+
   // The producer's elected thread: tickets until they run out, each tile's entry to the queue
   // (a tile's entry -1 tells the consumers to stop), then its loads.
   __device__ __forceinline__ static void produce(const Params& params, typename Mainloop::Pipeline& pipeline,
@@ -207,19 +225,29 @@ struct GemmPairKernelSm90 {
       queue.consumer_wait(slot);
       const int4 entry = storage.work[slot.index()];
       const int ticket = storage.ticket[slot.index()];
-      if (kOverlapEpilogue || entry.x < 0) queue.consumer_release(slot);
-      if (entry.x < 0) return;
       const WorkTile w{entry.x, entry.y, entry.z, entry.w};
+      // Released at once, the entry lets the producer take the next ticket and load it during this
+      // tile: where the staging tile has shared memory of its own, or this tile does not use it.
+      const bool release_now = kOverlapEpilogue || entry.x < 0 || epilogue_in_registers(params.p, w);
+      if (release_now) queue.consumer_release(slot);
+      if (entry.x < 0) return;
       const int k_tiles = k_range(params.p, w).k_tiles;
       compute_tile(params, w, ticket, k_tiles, pipeline, read, storage);
       read.advance(k_tiles);
-      if (!kOverlapEpilogue) {
+      if (!release_now) {
         // This thread is done with the staging tile, which the next tile's TMA loads overwrite.
         cutlass::arch::fence_view_async_shared();
         queue.consumer_release(slot);
       }
       ++slot;
     }
+  }
+
+  // After a consumer thread's last store of GEMM0 tile w's h columns: their readiness counted.
+  __device__ __forceinline__ static void signal_h(const GemmPairParams& p, const WorkTile& w) {
+    fence_proxy_async_global();  // h is read by other CTAs' TMA loads
+    const int h_per_tile = Epilogue::h_cols_per_tile(p);
+    signal(p.ready + ready_index(p, w.m_block, w.n_tile * h_per_tile / p.split_k1), MmaBarrier{});
   }
 
   // One tile's wgmma loop from ring position `read`, its epilogue and its signal.
@@ -231,6 +259,19 @@ struct GemmPairKernelSm90 {
     Mainloop::mma(params.gemm[w.gemm], pipeline, read, acc, k_tiles, Epilogue::thread(), storage.ring);
     const bool tracer = Epilogue::thread() == 0;  // the consumer thread that writes the probes
     if (tracer) GEMM_PAIR_TRACE_AT(ticket, 2);
+    if (epilogue_in_registers(p, w)) {
+      if (tracer) GEMM_PAIR_TRACE_AT(ticket, 4);
+      const int row0 = w.m_block * kBlockM, rows = min(kBlockM, p.m - row0);
+      if (w.gemm == 0) {
+        Epilogue::template store_h_registers<typename Mainloop::TiledMma>(acc, p, row0, rows, w.n_tile);
+        signal_h(p, w);
+      } else {
+        if (tracer) GEMM_PAIR_TRACE_AT(ticket, 5);
+        Epilogue::template store_out_registers<typename Mainloop::TiledMma>(acc, p, row0, rows, w.n_tile);
+      }
+      if (tracer) GEMM_PAIR_TRACE_AT(ticket, 3);
+      return;
+    }
     MmaBarrier::sync();  // every consumer is done reading the previous tile's staging tile
     float* sC = Epilogue::template stage<typename Mainloop::TiledMma>(acc, storage.epilogue, MmaBarrier{});
     if (tracer) GEMM_PAIR_TRACE_AT(ticket, 4);
@@ -245,9 +286,7 @@ struct GemmPairKernelSm90 {
         }
       }
       Epilogue::store_h(sC, p, row0, rows, w.n_tile);
-      fence_proxy_async_global();  // h is read by other CTAs' TMA loads
-      const int h_per_tile = Epilogue::h_cols_per_tile(p);
-      signal(p.ready + ready_index(p, w.m_block, w.n_tile * h_per_tile / p.split_k1), MmaBarrier{});
+      signal_h(p, w);
       if (tracer) GEMM_PAIR_TRACE_AT(ticket, 3);
       return;
     }
