@@ -151,12 +151,14 @@ class Llama(torch.nn.Module):
     def _mlp(self, h: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
         """fused_mlp where it is the faster (the smallest batches, whose time is the weights'
         read; it runs two gemvs there); above FUSED_MLP_MAX_ROWS rows the gate/up and down matmuls
-        through cuBLAS, ahead of fused_mlp's gemm_pair from M = 16 on both Hopper GPUs
-        (perf/results, gemm_pair), on the same packed weights, with swiglu between them (one
+        through cuBLAS, on the same packed weights, with swiglu between them (one
         kernel over pack_gate_up's column order). An intermediate size that is not a multiple of
         pack_gate_up's block stays on fused_mlp, as before swiglu: the small test models have one
         (1000), and their greedy tokens, batched against alone (test_llama), hold there because
-        gemm_pair's rows do not depend on the batch, while cuBLAS picks its kernels by M."""
+        gemm_pair's rows do not depend on the batch, while cuBLAS picks its kernels by M.
+        Measured against fused_mlp on an H200 (`ours_cublas_swiglu` in perf/cases_gemm_pair.py;
+        docs/perf-notes.md, session 59): this route is faster at M = 16-32 and from 256 (up to
+        15%; 3.6% at a 4096-token prefill), fused_mlp 4-5% faster at M = 64-128 (not switched)."""
         if h.shape[0] <= FUSED_MLP_MAX_ROWS or layer.w_down.shape[1] % GATE_BLOCK:
             return fused_mlp(h, layer.w_gate_up, layer.w_down)
         return F.linear(swiglu(F.linear(h, layer.w_gate_up)), layer.w_down)
