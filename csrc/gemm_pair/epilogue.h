@@ -287,7 +287,7 @@ struct Epilogue {
     constexpr int kVecs = kBlockN / 4;
     constexpr int kPerThread = (kBlockM * kVecs + kNThreads - 1) / kNThreads;
     constexpr int kUnroll = kPerThread < kSumUnroll ? kPerThread : kSumUnroll;
-    constexpr int kBatch = kUnroll == 1 ? 8 : 5;  // splits loaded before they are summed
+    constexpr int kBatch = kUnroll == 1 ? 8 : kUnroll <= 4 ? 5 : 3;  // splits loaded before they are summed
     const float* base = partials + row0 * ld + col0;
     for (int i0 = thread(); i0 < kBlockM * kVecs; i0 += kUnroll * kNThreads) {
       bool valid[kUnroll];

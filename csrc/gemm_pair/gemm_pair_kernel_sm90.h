@@ -36,6 +36,12 @@
 #define CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE 0
 #endif
 
+// The vectors a consumer thread sums at once in a split-K reduction (Epilogue's kSumUnroll); a
+// knob for A/B runs.
+#ifndef CUTE_OPS_GEMM_PAIR_SM90_SUM_UNROLL
+#define CUTE_OPS_GEMM_PAIR_SM90_SUM_UNROLL 4
+#endif
+
 namespace cute_ops::gemm_pair {
 
 using namespace cute;
@@ -62,7 +68,8 @@ struct GemmPairKernelSm90 {
   static constexpr int kNThreads = kLoadThreads + kMmaThreads;
   static_assert(kLoadThreads * kLoadRegs + kMmaThreads * kMmaRegs <= 65536 / kCtasPerSm);
 
-  using Epilogue = gemm_pair::Epilogue<Element, kBlockM, kBlockN, kMmaThreads, kLoadThreads, /*kSumUnroll=*/4>;
+  using Epilogue =
+      gemm_pair::Epilogue<Element, kBlockM, kBlockN, kMmaThreads, kLoadThreads, CUTE_OPS_GEMM_PAIR_SM90_SUM_UNROLL>;
   using MmaBarrier = NamedBarrier<1, kMmaThreads, kLoadThreads>;
   // Up to this many row blocks the weights' loads are marked evict-first in L2 (MainloopSm90::load):
   // measured on an H200, one and two row blocks gained (M = 64 103.8 -> 98.1 us; M = 256 and 512,

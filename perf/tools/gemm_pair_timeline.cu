@@ -8,8 +8,8 @@
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr --use_fast_math -DNDEBUG \
 //        -gencode=arch=compute_90a,code=sm_90a -Icsrc -Ithird_party/cutlass/include \
 //        perf/tools/gemm_pair_timeline.cu -o build/gemm_pair_timeline
-//   [ARCH=sm80|sm90] [BLOCK_M=16|64|128] build/gemm_pair_timeline M [SPLIT_K0:SPLIT_K1 ...]
-// ARCH=sm90 times the persistent SM90 kernel (block_m 64 or 128), whose CTAs take several
+//   [ARCH=sm80|sm90] [BLOCK_M=16|64|128|256] build/gemm_pair_timeline M [SPLIT_K0:SPLIT_K1 ...]
+// ARCH=sm90 times the persistent SM90 kernel (block_m 64, 128 or 256), whose CTAs take several
 // tickets each: its rows are per ticket, as the SM80 kernel's are per CTA.
 // SPLIT_K0: K columns a GEMM0 split reads, SPLIT_K1: h columns a GEMM1 split reads; -1 picks as the
 // op does (make_params, csrc/gemm_pair/params.h), 0 does not split. Default: -1:-1.
@@ -76,20 +76,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int M = atoi(argv[1]), H = 4096, I = 14336, N0 = 2 * I;
-  // The op's choice from M, or BLOCK_M from the environment (16, 64 or 128).
+  // The op's choice from M, or BLOCK_M from the environment (16, 64, 128 or 256 on sm90).
   const bool sm90 = getenv("ARCH") && std::string(getenv("ARCH")) == "sm90";
   const int block_m = getenv("BLOCK_M") ? atoi(getenv("BLOCK_M"))
-                      : sm90            ? (M <= 64 ? 64 : 128)
+                      : sm90            ? (M <= 64 ? 64 : M < 512 ? 128 : 256)
                                         : (M <= 16 ? 16 : M <= 64 ? 64 : 128);
   auto run = [&](const GemmPairParams& p, cudaStream_t st) {
     if (sm90) {
       if (block_m == 64) run_gemm_pair_sm90_<Bf16, 64>(p, st);
-      else run_gemm_pair_sm90_<Bf16, 128>(p, st);
+      else if (block_m == 128) run_gemm_pair_sm90_<Bf16, 128>(p, st);
+      else run_gemm_pair_sm90_<Bf16, 256>(p, st);
     } else if (block_m == 16) run_gemm_pair_<Bf16, 16>(p, st);
     else if (block_m == 64) run_gemm_pair_<Bf16, 64>(p, st);
     else run_gemm_pair_<Bf16, 128>(p, st);
   };
-  const int per_sm = sm90 ? (block_m == 64 ? gemm_pair_ctas_per_sm_sm90_<Bf16, 64>() : gemm_pair_ctas_per_sm_sm90_<Bf16, 128>())
+  const int per_sm = sm90 ? (block_m == 64    ? gemm_pair_ctas_per_sm_sm90_<Bf16, 64>()
+                             : block_m == 128 ? gemm_pair_ctas_per_sm_sm90_<Bf16, 128>()
+                                              : gemm_pair_ctas_per_sm_sm90_<Bf16, 256>())
                      : block_m == 16 ? gemm_pair_ctas_per_sm_<Bf16, 16>()
                      : block_m == 64 ? gemm_pair_ctas_per_sm_<Bf16, 64>() : gemm_pair_ctas_per_sm_<Bf16, 128>();
   cudaDeviceProp prop;
