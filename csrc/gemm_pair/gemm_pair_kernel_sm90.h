@@ -29,15 +29,17 @@
 #include "gemm_pair/tile_sync.h"
 #include "gemm_pair/trace.h"
 
-// Tiles not split along K stored from the accumulators' registers (Epilogue::store_h_registers),
-// releasing the shared memory to the next tile's loads before their epilogue; 0: every tile
-// through the staging tile. A knob for A/B runs (rebuild with NVCC_APPEND_FLAGS=-D...=0).
+// 1: tiles not split along K stored from the accumulators' registers (Epilogue::store_h_registers),
+// releasing the shared memory to the next tile's loads before their epilogue; 0 (the default until
+// a results run at 1): every tile through the staging tile. A knob for A/B runs: rebuild with
+// NVCC_APPEND_FLAGS=-DCUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE=1, its objects removed first (the
+// flag is not part of the build's command lines). docs/perf-notes.md, session 59.
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE
 #define CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE 0
 #endif
 
 // The vectors a consumer thread sums at once in a split-K reduction (Epilogue's kSumUnroll); a
-// knob for A/B runs.
+// knob for A/B runs like the one above (8 measured 1-2% faster at M = 512-1024 but spills).
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_SUM_UNROLL
 #define CUTE_OPS_GEMM_PAIR_SM90_SUM_UNROLL 4
 #endif
