@@ -126,7 +126,8 @@ struct Epilogue {
 
   // The register epilogue (SM90; a tile not split along K): the tile stored straight from the
   // accumulators, with no staging tile, so that the mainloop's shared memory is free for the next
-  // tile's loads while these stores run. A wgmma accumulator fragment holds, in each 64-row slab, a
+  // tile's loads while these stores run. A wgmma accumulator fragment holds, in each of its
+  // warp group's 64-row slabs (128 rows apart when two warp groups split the tile's rows), a
   // thread's 2 adjacent columns of every 8-column group in both 8-row halves of its warp's 16 rows:
   // ((2 columns, 2 halves, kBlockN / 8 groups), slabs, 1). Groups g and g + kBlockN / 16 are
   // kBlockN / 2 columns apart in the same thread: SwiGLU's pairing in a full-width tile (gate
@@ -142,7 +143,9 @@ struct Epilogue {
     const int64_t ld = p.h_width;
     Element* h = static_cast<Element*>(p.h) + (row0 + r0) * ld + col0 + c0;
     const int rows_left = rows - r0;
-    if (act == Activation::kSwiGLU) {  // the caller's tile is full width: h_per_tile columns, each with its up column
+    // SwiGLU: no column bound, since the caller's tile is full width (epilogue_in_registers):
+    // h_per_tile columns, each with its up column.
+    if (act == Activation::kSwiGLU) {
       for_each_pair<TiledMma, kBlockN / 16>(acc, [&](int dr, int dc, float g0, float g1, float u0, float u1) {
         if (dr < rows_left) store2(h + dr * ld + dc, silu(g0) * u0, silu(g1) * u1);
       });

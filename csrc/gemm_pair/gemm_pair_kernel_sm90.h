@@ -10,7 +10,8 @@
 //   - warp groups 1.., the consumers: per tile from the queue, wgmma over the ring (CUTLASS's
 //     collective), then the epilogue of epilogue.h over a named barrier of their own threads,
 //     then the signal. While they run a tile's epilogue the producer already loads the next tile
-//     (not with 128- and 256-row tiles, whose staging tile shares the ring's shared memory).
+//     (with 128- and 256-row tiles, whose staging tile shares the ring's shared memory, only
+//     where the tile's epilogue runs from the registers: CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE).
 // h is stored by ordinary stores and loaded by TMA (the async proxy) in the same launch: writers
 // fence the proxies before their release, the reader after its acquire (tile_sync.h).
 //
@@ -83,7 +84,7 @@ struct GemmPairKernelSm90 {
   // The ring and the staging tile have shared memory apart when both fit (the next tile loads
   // during an epilogue); otherwise they share it, and the producer takes the next ticket only
   // once the consumers are done with the staging tile (a one-slot queue, released after the
-  // epilogue).
+  // epilogue; at once for a tile that does not use the staging tile, epilogue_in_registers).
   static constexpr int kSmemLimit = 227 * 1024 - 512;
   static constexpr bool kOverlapEpilogue =
       sizeof(typename Mainloop::TensorStorage) + sizeof(typename Epilogue::SharedStorage) + 1024 <= kSmemLimit;
@@ -182,9 +183,10 @@ struct GemmPairKernelSm90 {
     for (;;) {
       queue.producer_acquire(slot);  // the ticket is taken once its entry has somewhere to go
       const unsigned long long t_entry = GEMM_PAIR_TRACE_NOW();
-      int ticket;
+      int taken;
       int4 entry;
-      const bool more = take_ticket(p, ticket, entry);
+      const bool more = take_ticket(p, taken, entry);
+      const int ticket = GEMM_PAIR_TRACE_SLOT(p.order, taken);  // in a trace build, the ticket's probe row
       if (more) GEMM_PAIR_TRACE_TICKET(ticket, t_entry);
       storage.work[slot.index()] = more ? entry : make_int4(-1, 0, 0, 0);
       storage.ticket[slot.index()] = ticket;

@@ -27,8 +27,9 @@ namespace gemm_pair {
 //     (no epilogue overlap). Forced at M >= 512, 6 stages were 3-10% slower than 4 (session 33).
 //     Two CTAs an SM do not compile: 80 registers a thread cannot hold a 64 x 128 wgmma's
 //     accumulators.
-//   block_m 256: two consumer warp groups of 128 rows, 48 KB a stage, 4 stages sharing shared
-//     memory with the staging tile (the next tile loads only after an epilogue). A third fewer L2
+//   block_m 256: two consumer warp groups of 128 rows each (two 64-row slabs, 128 rows apart),
+//     48 KB a stage, 4 stages sharing shared memory with the staging tile (the next tile loads
+//     only after an epilogue, unless the register epilogue runs it). A third fewer L2
 //     bytes a flop than 128 rows, which run L2 at 88% of its peak at M = 8192 (ncu): 1.27x faster
 //     there, 1.10x at M = 512.
 // The 128-row ring depth, a knob for tuning runs: rebuild with

@@ -27,7 +27,7 @@ namespace cute_ops::gemm_pair {
 using namespace cute;
 
 // kBlockM 64: one consumer warp group (64 x 128 accumulators); 128 and 256: two, each kBlockM / 2
-// rows (CUTLASS's "cooperative" tiling).
+// rows in 64-row slabs that alternate between them (CUTLASS's "cooperative" tiling).
 template <typename Element_, int kBlockM_, int kStages_>
 struct MainloopSm90 {
   using Element = Element_;  // cutlass::half_t or cutlass::bfloat16_t

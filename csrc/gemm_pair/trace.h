@@ -6,8 +6,9 @@
 // second launch lands after the first), and its SM id to entry 7.
 //   0 entry (before the ticket)  1 past the dependency wait  2 mainloop done  3 end
 // The persistent SM90 kernel's producer and consumers work on different tiles at once, so its
-// probes name the tile's slot (its ticket) themselves: GEMM_PAIR_TRACE_TICKET(ticket, t_entry)
-// from the producer, GEMM_PAIR_TRACE_AT(ticket, i) from one thread of either role; it adds
+// probes name the tile's slot themselves (its ticket's row, GEMM_PAIR_TRACE_SLOT):
+// GEMM_PAIR_TRACE_TICKET(ticket, t_entry) from the producer, GEMM_PAIR_TRACE_AT(ticket, i) from
+// one thread of either role; it adds
 //   4 accumulators staged  5 split-K sum done (the last split of a GEMM1 tile only)
 #ifdef CUTE_OPS_GEMM_PAIR_TRACE
 __device__ unsigned long long g_gemm_pair_trace[1 << 20];
@@ -45,10 +46,17 @@ __device__ __forceinline__ void ticket(int ticket, unsigned long long t_entry) {
   g_gemm_pair_trace[slot_of(ticket) * 8 + 7] = sm;
 }
 __device__ __forceinline__ void at_ticket(int ticket, int i) { g_gemm_pair_trace[slot_of(ticket) * 8 + i] = now(); }
+// The row of a launch's ticket: counted from g_gemm_pair_trace_order, so that the two-launch
+// control's second launch (its order table starts after the first's, its tickets from 0) lands
+// after the first, as the SM80 kernel's begin() does.
+__device__ __forceinline__ int ticket_row(const int4* order, int ticket) {
+  return static_cast<int>(order - g_gemm_pair_trace_order) + ticket;
+}
 }  // namespace cute_ops::gemm_pair::trace
 #define GEMM_PAIR_TRACE_NOW() cute_ops::gemm_pair::trace::now()
 #define GEMM_PAIR_TRACE_TICKET(ticket, t) cute_ops::gemm_pair::trace::ticket(ticket, t)
 #define GEMM_PAIR_TRACE_AT(ticket, i) cute_ops::gemm_pair::trace::at_ticket(ticket, i)
+#define GEMM_PAIR_TRACE_SLOT(order, ticket) cute_ops::gemm_pair::trace::ticket_row(order, ticket)
 #define GEMM_PAIR_TRACE_BEGIN(entry, t) cute_ops::gemm_pair::trace::begin(entry, t)
 #define GEMM_PAIR_TRACE(i) cute_ops::gemm_pair::trace::at(i)
 #else
@@ -57,4 +65,5 @@ __device__ __forceinline__ void at_ticket(int ticket, int i) { g_gemm_pair_trace
 #define GEMM_PAIR_TRACE(i) ((void)0)
 #define GEMM_PAIR_TRACE_TICKET(ticket, t) ((void)(ticket), (void)(t))
 #define GEMM_PAIR_TRACE_AT(ticket, i) ((void)(ticket))
+#define GEMM_PAIR_TRACE_SLOT(order, ticket) (ticket)
 #endif
