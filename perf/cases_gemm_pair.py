@@ -9,8 +9,9 @@ run as variants ("ours_*"): the one launch at M <= 8 (ours_gemm_pair), each kern
 (sm80: mma.sync; sm90: wgmma and TMA, 9.x devices only), every policy, row granularity, and the
 same tiles as two stream-ordered launches (the control for what the one-launch scheduler
 gains), and ours_cublas_swiglu: cuBLAS's two matmuls with our swiglu kernel between them on the
-packed weights (the LLaMA model's other MLP route, cute_ops/models/llama/model.py). Bytes = the weights (each call streams all 352 MB of them) plus x and y, nearly all read,
-so TB/s is the weight read rate, compared with the read ceiling."""
+packed weights (the LLaMA model's other MLP route, cute_ops/models/llama/model.py). Bytes = the
+weights (each call streams all 352 MB of them) plus x and y, nearly all read, so TB/s is the
+weight read rate, compared with the read ceiling."""
 from __future__ import annotations
 
 import functools
@@ -82,7 +83,8 @@ def _mlp_case(m: int) -> Case:
     return Case("fused_mlp", "gemm_pair", {"M": m, "H": HIDDEN, "I": INTER}, dtype, setup,
                 bytes=weight_bytes + 2 * m * HIDDEN * 2, flops=6 * m * HIDDEN * INTER,
                 impls=("ours", "ours_sm80", "ours_sm90", "ours_sequential_row", "ours_row_interleaved", "ours_overlap",
-                       "ours_two_launches", "ours_cublas_swiglu", "cublas_graph", "cublas_eager", "torch_compile", "ours_gemm_pair"),
+                       "ours_two_launches", "ours_cublas_swiglu", "cublas_graph", "cublas_eager", "torch_compile",
+                       "ours_gemm_pair"),
                 eager=("cublas_eager",), read_dominated=True)
 
 
