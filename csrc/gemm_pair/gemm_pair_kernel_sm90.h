@@ -30,13 +30,14 @@
 #include "gemm_pair/tile_sync.h"
 #include "gemm_pair/trace.h"
 
-// 1: tiles not split along K stored from the accumulators' registers (Epilogue::store_h_registers),
-// releasing the shared memory to the next tile's loads before their epilogue; 0 (the default until
-// a results run at 1): every tile through the staging tile. A knob for A/B runs: rebuild with
-// NVCC_APPEND_FLAGS=-DCUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE=1, its objects removed first (the
-// flag is not part of the build's command lines). docs/perf-notes.md, session 59.
+// 1 (the default since session 60): tiles not split along K stored from the accumulators'
+// registers (Epilogue::store_h_registers), releasing the shared memory to the next tile's loads
+// before their epilogue; measured 1.6-5% faster at M = 128-8192 on an H200 and tie or faster on an
+// H100 (docs/perf-notes.md, session 59). 0: every tile through the staging tile, kept for A/B runs:
+// rebuild with NVCC_APPEND_FLAGS=-DCUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE=0, its objects removed
+// first (the flag is not part of the build's command lines).
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE
-#define CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE 0
+#define CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE 1
 #endif
 
 // The vectors a consumer thread sums at once in a split-K reduction (Epilogue's kSumUnroll); a
