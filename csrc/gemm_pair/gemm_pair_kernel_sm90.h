@@ -121,7 +121,7 @@ struct GemmPairKernelSm90 {
     const bool is_producer = threadIdx.x < kLoadThreads;
 
     typename Mainloop::Pipeline::Params pipeline_params;
-    pipeline_params.transaction_bytes = Mainloop::kTransactionBytes;
+    pipeline_params.transaction_bytes = Mainloop::transaction_bytes(params.gemm[0]);  // both GEMMs' A have m rows
     pipeline_params.role = is_producer ? Mainloop::Pipeline::ThreadCategory::Producer
                                        : Mainloop::Pipeline::ThreadCategory::Consumer;
     pipeline_params.is_leader = threadIdx.x == 0;

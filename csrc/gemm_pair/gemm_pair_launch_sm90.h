@@ -38,6 +38,11 @@ namespace gemm_pair {
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_M128_STAGES
 #define CUTE_OPS_GEMM_PAIR_SM90_M128_STAGES 6
 #endif
+// 1: a call with fewer rows than a tile loads A in 16-row boxes (MainloopSm90); 0: one tile-high
+// box whatever m, a knob for A/B runs, rebuilt like the one above.
+#ifndef CUTE_OPS_GEMM_PAIR_SM90_A_BOXES
+#define CUTE_OPS_GEMM_PAIR_SM90_A_BOXES 1
+#endif
 template <int kBlockM, typename Element>
 struct TileConfigSm90;
 template <typename E> struct TileConfigSm90<64, E> {
@@ -79,8 +84,9 @@ void launch_gemm_pair_sm90(const GemmPairParams& p, cudaStream_t stream) {
   params.p = p;
   // A one-row a may have any row stride; TMA wants a multiple of 16 bytes, and never reads it.
   const int64_t lda = p.m == 1 ? (p.k + 7) / 8 * 8 : p.lda;
-  params.gemm[0] = Mainloop::make_params(p.a, lda, p.b0, p.m, p.n0, p.k);
-  params.gemm[1] = Mainloop::make_params(p.h, p.h_width, p.b1, p.m, p.n1, p.h_width);
+  constexpr bool kABoxes = CUTE_OPS_GEMM_PAIR_SM90_A_BOXES != 0;
+  params.gemm[0] = Mainloop::make_params(p.a, lda, p.b0, p.m, p.n0, p.k, kABoxes);
+  params.gemm[1] = Mainloop::make_params(p.h, p.h_width, p.b1, p.m, p.n1, p.h_width, kABoxes);
   auto kernel = p.splits0 > 1 ? prepared_kernel_sm90<KernelSplitK0>() : prepared_kernel_sm90<Kernel>();
   // Persistent CTAs: one per slot of the device, fewer when there are fewer tickets.
   int device = 0;
