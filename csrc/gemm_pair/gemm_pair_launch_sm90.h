@@ -2,8 +2,9 @@
 // The SM90 tile config per block_m and the launch of one instantiation (run_gemm_pair_sm90_<Element,
 // kBlockM>), which the files under instantiations/ compile one (dtype, block_m) at a time. The
 // kernel is persistent: one CTA per SM slot, each taking tickets until they run out. The TMA
-// descriptors of both GEMMs are encoded on the host at each call (four tensor maps) and
-// travel in the kernel's argument, so a captured launch replays with them.
+// descriptors of both GEMMs are encoded on the host at each call (four tensor maps; six at
+// M < block_m, where A loads in row boxes) and travel in the kernel's argument, so a captured
+// launch replays with them.
 #include <algorithm>
 
 #include "common/cuda_check.h"

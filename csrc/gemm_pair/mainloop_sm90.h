@@ -90,9 +90,12 @@ struct MainloopSm90 {
                    StrideB{int64_t{k}, _1{}, int64_t{0}}};
     Params params;
     params.collective = Collective::to_underlying_arguments(make_shape(m, n, k, 1), args, nullptr);
-    Tensor tensor_a = make_tensor(static_cast<const ElementA*>(a), make_layout(make_shape(m, k, 1), stride_a));
-    params.tma_load_a_box = make_tma_copy_A_sm90(SM90_TMA_LOAD{}, tensor_a, SmemLayoutABox{}, ABoxTiler{}, ClusterShape{});
     params.a_boxes = use_a_boxes && m < kBlockM ? (m + kABoxRows - 1) / kABoxRows : 0;
+    if (params.a_boxes) {  // the box's tensor map is encoded only where the kernel uses it
+      Tensor tensor_a = make_tensor(static_cast<const ElementA*>(a), make_layout(make_shape(m, k, 1), stride_a));
+      params.tma_load_a_box =
+          make_tma_copy_A_sm90(SM90_TMA_LOAD{}, tensor_a, SmemLayoutABox{}, ABoxTiler{}, ClusterShape{});
+    }
     return params;
   }
 
@@ -113,7 +116,9 @@ struct MainloopSm90 {
   }
 
   // Producer, one thread: K tiles [k_tile0, k_tile0 + k_tiles) of tile (m_block, n_tile) of an
-  // [m, k] x [n, k]^T product. Rows and columns past m, n or k arrive as zeros (TMA's bounds).
+  // [m, k] x [n, k]^T product. Columns past n or k arrive as zeros (TMA's bounds), and so do rows
+  // past m in a tile-high A box; with A's row boxes (m < kBlockM) the rows past the last box keep
+  // stale values, which reach only output rows at or past m.
   // wait_for_a() runs once the first stages' B loads are issued, before any load of A.
   // b_streamed: B's tiles are read once, or again only soon after (the kernel decides), so their
   // L2 lines are marked evict-first: the weights' stream then leaves L2 to what is read again
