@@ -242,6 +242,34 @@ int main(int argc, char** argv) {
     std::vector<double> d0;
     for (int i = 0; i < g0; ++i) d0.push_back(us(i, 2) - us(i, 1));
     printf("  GEMM0 loop duration min %.1f p50 %.1f max %.1f\n", pct(d0, 0), pct(d0, 0.5), pct(d0, 1.0));
+    // Each GEMM's k-loop rate (us per 64-column k-step) by phase of the launch: GEMM0's tiles whose
+    // loop ended before any GEMM1 tile got past its wait ("alone") or after ("beside GEMM1"); GEMM1's
+    // tiles past their wait before GEMM0's last tile ended ("beside GEMM0") or after ("after GEMM0").
+    {
+      const gemm_pair::Geometry& geo = plan.geometry;
+      auto k_steps = [&](int i) {
+        const bool first = order[i][0] == 0;
+        const int64_t cols = first ? geo.k0_cols() : geo.k1_cols(), total = first ? geo.k : geo.h_width();
+        return double((std::min(cols, total - order[i][3] * cols) + 63) / 64);
+      };
+      double g1_start = 1e30;
+      for (int i = 0; i < n; ++i)
+        if (order[i][0] == 1) g1_start = std::min(g1_start, us(i, 1));
+      std::vector<double> rate[2][2];  // [gemm][phase]
+      for (int i = 0; i < n; ++i) {
+        const int gemm = order[i][0];
+        const bool late = gemm == 0 ? us(i, 2) > g1_start : us(i, 1) >= g0_end;
+        rate[gemm][late].push_back((us(i, 2) - us(i, 1)) / k_steps(i));
+      }
+      const char* phase[2][2] = {{"alone", "beside GEMM1"}, {"beside GEMM0", "after GEMM0"}};
+      printf("  k-step (us) by phase:");
+      for (int gemm = 0; gemm < 2; ++gemm)
+        for (int late = 0; late < 2; ++late)
+          if (!rate[gemm][late].empty())
+            printf("  GEMM%d %s p50 %.3f (n %zu)", gemm, phase[gemm][late], pct(rate[gemm][late], 0.5),
+                   rate[gemm][late].size());
+      printf("\n");
+    }
     std::map<int, int> hist;
     for (int x : per_sm_g0) hist[x]++;
     printf("  SMs by GEMM0 CTAs:");
