@@ -20,8 +20,8 @@
 // rows past the boxes keep whatever the ring held: row r of the product depends only on row r of
 // A, and no row at or past m is stored.
 //
-// Partition names: tXgY / tXsY are the TMA partitions of global / shared Y (X = A, B); tAgA_box /
-// tAsA_box those of A's row boxes.
+// Partition names: tXgY / tXsY are the TMA partitions of global / shared Y (X = A, B); tAgA_box
+// the global one of A's row boxes.
 #include <cute/tensor.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 #include <cutlass/gemm/dispatch_policy.hpp>
