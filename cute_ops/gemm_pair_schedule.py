@@ -143,8 +143,10 @@ def _all_tiles(s: Schedule) -> set[Tile]:
 
 
 def check_order(s: Schedule) -> None:
-    """Raises ValueError unless the order holds every tile exactly once and every tile comes after
-    all its producers (the property that rules out deadlock)."""
+    """Raises ValueError unless the order holds every tile exactly once, every tile comes after
+    all its producers, and each GEMM1 K-split comes after the split before it of the same output
+    tile (the SM90 kernel's folded splits wait for it: docs/gemm_pair.md). Those are the
+    properties that rule out deadlock."""
     if len(set(s.order)) != len(s.order):
         raise ValueError("the order holds a tile twice")
     missing = _all_tiles(s) - set(s.order)
@@ -160,7 +162,10 @@ def check_order(s: Schedule) -> None:
     latest_in_row: dict[int, tuple[int, Tile]] = {}
     for (m, _), entry in latest.items():
         latest_in_row[m] = max(latest_in_row.get(m, entry), entry)
+    g1_ticket = {t: i for i, t in enumerate(s.order) if t.gemm == 1}
     for i, t in enumerate(s.order):
+        if t.gemm == 1 and t.split > 0 and g1_ticket[Tile(1, t.m, t.n, t.split - 1)] > i:
+            raise ValueError(f"{t} (ticket {i}) comes before split {t.split - 1} of its output tile")
         cols = s.producer_columns(t)
         if not cols:
             continue

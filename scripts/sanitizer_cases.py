@@ -142,9 +142,10 @@ def gemm_pair_cases():
             for kw in (dict(block_m=64), dict(block_m=128), dict(block_m=256), dict(block_m=256, separate_launches=True)):
                 cute_ops.gemm_pair(a, b0, b1, act, arch="sm90", **kw)
     if torch.cuda.get_device_capability()[0] == 9:  # sm90 K-splits of both GEMMs, with tails
-        a, b0, b1 = rand(17, 200), rand(2 * 296, 200) * 0.1, rand(40, 296) * 0.1
-        for block_m in (64, 128, 256):
-            cute_ops.gemm_pair(a, b0, b1, arch="sm90", block_m=block_m, split_k0=64, split_k1=128)
+        for m in (17, 300):  # one row block; several, the last of 44 rows
+            a, b0, b1 = rand(m, 200), rand(2 * 296, 200) * 0.1, rand(40, 296) * 0.1
+            for block_m in (64, 128, 256):
+                cute_ops.gemm_pair(a, b0, b1, arch="sm90", block_m=block_m, split_k0=64, split_k1=128)
 
 
 def swiglu_cases():

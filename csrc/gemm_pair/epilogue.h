@@ -8,7 +8,8 @@
 //   - GEMM1: the output tile.
 //   - Either GEMM split along K: a float32 partial per split; the split that finishes a tile last
 //     sums all partials in split order (deterministic: the sum does not depend on which split
-//     came last) and runs that GEMM's store on the sum.
+//     came last) and runs that GEMM's store on the sum. The SM90 kernel folds GEMM1's splits
+//     into one running sum in split order instead (fold_split): the same association.
 // The staging tile reuses the mainloop's shared memory (the kernel's SharedStorage is a union).
 // Barriers are the caller's (tile_sync.h): the threads of `barrier` are the ones that run the
 // epilogue. Which counters a finished tile signals is the kernel's business, not the epilogue's.
@@ -171,6 +172,98 @@ struct Epilogue {
     for_each_pair<TiledMma, 0>(acc, [&](int dr, int dc, float x0, float x1, float, float) {
       if (dr < rows_left && dc < cols_left) store2(out + dr * ld + dc, x0, x1);
     });
+  }
+
+  // The folded split-K of GEMM1 (SM90, CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS): an output tile's
+  // K-splits add themselves, in split order, to one running sum kept in `partials1`, straight
+  // from the accumulators. Split s waits until splits 0..s-1 are in it (its counter `*folded`
+  // reaches s, released by split s-1), reads it and adds its own accumulators (running + acc:
+  // ((p0 + p1) + p2) + ..., the association sum_partials uses, whatever order the splits end in);
+  // then a split other than the last stores the new running sum in place and counts it. Returns
+  // true in the last split, whose accumulators then hold the tile's sum for the output's store.
+  // So the last split reads one running sum, in one round trip, instead of publishing its own
+  // partial and then reading every split's (the launch's tail: docs/perf-notes.md, session 61).
+  // The running sum is laid out in the accumulators' own order, so that a thread reads back what
+  // it would write and a warp's 16-byte accesses are 512 contiguous bytes: 16-row groups of the
+  // tile (a warp's rows in one 64-row slab), each [kBlockN / 8 column groups][32 lanes] float4,
+  // group g of a tile at running_tile + g * 16 * kBlockN floats. Only the groups holding valid
+  // rows are read or written, so a tile of `rows` rows needs round_up(rows, 16) * kBlockN floats.
+  __device__ __forceinline__ static float* running_tile(const GemmPairParams& p, int m_block, int n_tile) {
+    const int row0 = m_block * kBlockM, rows16 = (min(kBlockM, p.m - row0) + 15) / 16 * 16;
+    const int64_t n_pad = static_cast<int64_t>(p.tiles1) * kBlockN;
+    return p.partials1 + row0 * n_pad + static_cast<int64_t>(n_tile) * rows16 * kBlockN;
+  }
+
+  // `landing`: the staging tile's shared memory, free for this tile (the caller's to ensure: no
+  // TMA load of a later tile may target it). The running sum is copied into it by cp.async, every
+  // float4 of a thread at once, so the read is one round trip without holding registers beside
+  // the accumulators (a register copy of 4 float4 at a time already spilled at 256 rows, where
+  // the consumers' code gets 168 registers). Each thread reads back only its own copies, so no
+  // barrier is needed between the copies and the adds.
+  template <typename TiledMma, typename Acc, typename Barrier>
+  __device__ __forceinline__ static bool fold_split(Acc& acc, float* running, int* folded, int split, int splits,
+                                                    int rows, SharedStorage& landing, Barrier barrier) {
+    using AccLayout = typename Acc::layout_type;
+    static_assert(decltype(size<0, 2>(AccLayout{}))::value == kBlockN / 8 &&
+                      decltype(size<2>(AccLayout{}))::value == 1,
+                  "a wgmma accumulator fragment of one atom across the tile's columns");
+    constexpr int kSlabs = decltype(size<1>(AccLayout{}))::value;
+    constexpr int kGroups = kBlockN / 8;
+    constexpr int kVecs = kSlabs * kGroups;  // float4 a thread
+    static_assert(kVecs * kNThreads * 4 <= kBlockM * kLd, "the running sum fits the staging tile");
+    // Each slab's 16-row group is this thread's first row's plus the slab's offset, taken from
+    // thread 0's partition (a constant, a multiple of 16 rows), so every address is one pointer plus
+    // an immediate.
+    Tensor cC = make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor t0cC = TiledMma{}.get_thread_slice(0).partition_C(cC);
+    auto slab_rows = [&](int slab) {  // the slab's first row less the first slab's
+      return static_cast<int>(get<0>(t0cC(make_coord(make_coord(0, 0, 0), slab, 0)))) -
+             static_cast<int>(get<0>(t0cC(0)));
+    };
+    const int first_row = get<0>(thread_origin<TiledMma>()) / 16 * 16;  // of this thread's 16-row group
+    const int rows_left = rows - first_row;
+    float4* const base = reinterpret_cast<float4*>(running) + first_row / 16 * kGroups * 32 + thread() % 32;
+    auto vec = [&](int slab, int g) { return base + (slab_rows(slab) / 16 * kGroups + g) * 32; };
+    auto valid = [&](int slab) { return slab_rows(slab) < rows_left; };
+    auto value = [&](int slab, int g, int i) -> float& {  // i: (column pair, row half) of the float4
+      return acc(make_coord(make_coord(i % 2, i / 2, g), slab, 0));
+    };
+    if (split > 0) {
+      // Also every consumer thread is done with the staging tile's earlier use.
+      wait_at_least(folded, split, barrier);  // splits 0..split-1 are in the running sum
+      float4* const mine = reinterpret_cast<float4*>(landing.tile.data()) + thread();
+      CUTE_UNROLL
+      for (int slab = 0; slab < kSlabs; ++slab) {
+        if (!valid(slab)) continue;
+        CUTE_UNROLL
+        for (int g = 0; g < kGroups; ++g) {
+          SM80_CP_ASYNC_CACHEGLOBAL<float4>::copy(*vec(slab, g), mine[(slab * kGroups + g) * kNThreads]);
+        }
+      }
+      cp_async_fence();
+      cp_async_wait<0>();
+      CUTE_UNROLL
+      for (int slab = 0; slab < kSlabs; ++slab) {
+        if (!valid(slab)) continue;
+        CUTE_UNROLL
+        for (int g = 0; g < kGroups; ++g) {
+          const float4 prev = mine[(slab * kGroups + g) * kNThreads];
+          value(slab, g, 0) = prev.x + value(slab, g, 0), value(slab, g, 1) = prev.y + value(slab, g, 1);
+          value(slab, g, 2) = prev.z + value(slab, g, 2), value(slab, g, 3) = prev.w + value(slab, g, 3);
+        }
+      }
+    }
+    if (split == splits - 1) return true;
+    CUTE_UNROLL
+    for (int slab = 0; slab < kSlabs; ++slab) {
+      if (!valid(slab)) continue;
+      CUTE_UNROLL
+      for (int g = 0; g < kGroups; ++g) {
+        __stcg(vec(slab, g), make_float4(value(slab, g, 0), value(slab, g, 1), value(slab, g, 2), value(slab, g, 3)));
+      }
+    }
+    signal(folded, barrier);  // split + 1 splits in the running sum
+    return false;
   }
 
   // Split-K of GEMM kGemm (the params' members suffixed kGemm: partials, arrived, tiles, splits).

@@ -27,7 +27,8 @@ struct GemmPairParams {
   void* h;            // [m, h_width] contiguous: GEMM0's output, GEMM1's input
   void* out;          // [m, n1] contiguous
   float* partials0;   // [splits0, m, n0] float32 when GEMM0 is split along K, else nullptr
-  float* partials1;   // [splits1, m, n1] float32 when GEMM1 is split along K, else nullptr
+  float* partials1;   // [splits1, m, n1] float32 when GEMM1 is split along K (or the SM90 kernel's
+                      // folded running sum: Epilogue::running_tile), else nullptr
   const int4* order;  // [num_tiles] (gemm, m block, n tile, K-split), by ticket
   int* ticket;        // zero at the launch, like every counter, and left zero by it (params.h)
   int* ready;         // [m_blocks * (tile_sync ? splits1 : 1)] GEMM0 tiles finished, per dependency

@@ -46,6 +46,15 @@
 #define CUTE_OPS_GEMM_PAIR_SM90_SUM_UNROLL 4
 #endif
 
+// 1 (the default since session 61): GEMM1's K-splits folded in split order into one running sum
+// from the accumulators (Epilogue::fold_split); measured 2-7% faster at M = 16-1024 on an H200
+// (the launch's tail: docs/perf-notes.md, session 61). 0: every split publishes its partial
+// through the staging tile and the last sums them all (Epilogue::reduce_splits), kept for A/B
+// runs like the knobs above. Needs the register epilogue.
+#ifndef CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS
+#define CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS 1
+#endif
+
 namespace cute_ops::gemm_pair {
 
 using namespace cute;
@@ -81,6 +90,7 @@ struct GemmPairKernelSm90 {
   // come a column group apart, evict-first everywhere lost 2-3% (docs/perf-notes.md, session 38).
   static constexpr int kEvictFirstRowBlocks = 2;
   static constexpr bool kRegisterEpilogue = CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE != 0;
+  static constexpr bool kFoldSplits = kRegisterEpilogue && CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS != 0;
 
   // The ring and the staging tile have shared memory apart when both fit (the next tile loads
   // during an epilogue); otherwise they share it, and the producer takes the next ticket only
@@ -163,13 +173,23 @@ struct GemmPairKernelSm90 {
   }
 
   // Whether tile w's epilogue runs from the registers (kRegisterEpilogue): a tile computed whole,
-  // not a K-split's part, and for SwiGLU a full-width GEMM0 tile (a narrower last tile pairs its
-  // gate and up columns half its width apart, which the staging tile does).
+  // not a K-split's part (but for GEMM1's folded splits), and for SwiGLU a full-width GEMM0 tile (a
+  // narrower last tile pairs its gate and up columns half its width apart, which the staging tile
+  // does).
   __device__ __forceinline__ static bool epilogue_in_registers(const GemmPairParams& p, const WorkTile& w) {
     if constexpr (!kRegisterEpilogue) return false;
-    if (w.gemm == 1) return p.splits1 == 1;
+    if (w.gemm == 1) {
+      if constexpr (kFoldSplits) return true;
+      return p.splits1 == 1;
+    }
     return !kSplitK0 &&
            (p.activation != static_cast<int>(Activation::kSwiGLU) || (w.n_tile + 1) * kBlockN <= p.n0);
+  }
+
+  // Whether tile w is a folded GEMM1 split that reads the running sum (every split but the first),
+  // through the staging tile's shared memory (Epilogue::fold_split).
+  __device__ __forceinline__ static bool reads_running_sum(const GemmPairParams& p, const WorkTile& w) {
+    return kFoldSplits && w.gemm == 1 && p.splits1 > 1 && w.split > 0;
   }
 
   // The producer's elected thread: tickets until they run out, each tile's entry to the queue
@@ -239,8 +259,12 @@ struct GemmPairKernelSm90 {
       const int ticket = storage.ticket[slot.index()];
       const WorkTile w{entry.x, entry.y, entry.z, entry.w};
       // Released at once, the entry lets the producer take the next ticket and load it during this
-      // tile: where the staging tile has shared memory of its own, or this tile does not use it.
-      const bool release_now = kOverlapEpilogue || entry.x < 0 || epilogue_in_registers(params.p, w);
+      // tile: where the staging tile has shared memory of its own, or this tile does not use it
+      // (neither to stage nor to read a running sum into).
+      bool release_now = kOverlapEpilogue || entry.x < 0 || epilogue_in_registers(params.p, w);
+      if constexpr (kFoldSplits && !kOverlapEpilogue) {
+        if (reads_running_sum(params.p, w)) release_now = false;
+      }
       if (release_now) queue.consumer_release(slot);
       if (entry.x < 0) return;
       const int k_tiles = k_range(params.p, w).k_tiles;
@@ -278,6 +302,14 @@ struct GemmPairKernelSm90 {
         Epilogue::template store_h_registers<typename Mainloop::TiledMma>(acc, p, row0, rows, w.n_tile);
         signal_h(p, w);
       } else {
+        if (kFoldSplits && p.splits1 > 1) {
+          if (!Epilogue::template fold_split<typename Mainloop::TiledMma>(
+                  acc, Epilogue::running_tile(p, w.m_block, w.n_tile), p.arrived1 + w.m_block * p.tiles1 + w.n_tile,
+                  w.split, p.splits1, rows, storage.epilogue, MmaBarrier{})) {
+            if (tracer) GEMM_PAIR_TRACE_AT(ticket, 3);
+            return;  // a later split writes the output tile
+          }
+        }
         if (tracer) GEMM_PAIR_TRACE_AT(ticket, 5);
         Epilogue::template store_out_registers<typename Mainloop::TiledMma>(acc, p, row0, rows, w.n_tile);
       }

@@ -5,6 +5,7 @@
 // every size and split field of the params, the layout of the counters, and the sizes of h and of
 // the split-K partials. The caller allocates from those sizes, then bind_workspace points the
 // params at its buffers.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -74,6 +75,9 @@ inline Plan make_params(const Problem& pr) {
     c.arrived[i] = next;
     if (splits[i] > 1) next += g.m_blocks() * tiles[i];
     plan.partials[i] = splits[i] > 1 ? splits[i] * g.m * n[i] : 0;
+    // The SM90 kernel's folded GEMM1 splits keep one running sum, 16-row groups of whole tiles
+    // (Epilogue::running_tile): round_up(m, 16) rows of the tiles' columns.
+    if (i == 1 && splits[i] > 1) plan.partials[i] = std::max(plan.partials[i], ceil_div(g.m, 16) * 16 * tiles[i] * g.block_n1);
     plan.tickets[i] = g.m_blocks() * tiles[i] * splits[i];
   }
   c.size = next;

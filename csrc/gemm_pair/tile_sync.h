@@ -88,6 +88,21 @@ __device__ __forceinline__ void wait_until(const int* counter, int target, Barri
   barrier.sync();
 }
 
+// wait_until for a short wait on few waiters (gemm_pair's folded K-splits, where the counter is
+// usually reached already): each poll is the acquire load, so a reached counter costs one round
+// trip, and the backoff stops at 256 ns.
+template <typename Barrier>
+__device__ __forceinline__ void wait_at_least(const int* counter, int target, Barrier barrier) {
+  if (barrier.is_leader()) {
+    unsigned sleep_ns = 32;
+    while (load_acquire(counter) < target) {
+      __nanosleep(sleep_ns);
+      sleep_ns = min(sleep_ns * 2, 256u);
+    }
+  }
+  barrier.sync();
+}
+
 // The counters are not zeroed before a launch (common/arrival_counters.h): each launch leaves
 // them at zero. The launch's last CTA to finish resets them all here (the ticket, its count of
 // finished CTAs, and the `count` counters from `rest` on: ready flags and split arrivals). Its
