@@ -24,6 +24,7 @@
 #include <cutlass/pipeline/pipeline.hpp>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
+#include "common/pdl.h"
 #include "gemm_pair/epilogue.h"
 #include "gemm_pair/gemm_pair.h"
 #include "gemm_pair/tile_scheduler.h"
@@ -53,6 +54,16 @@
 // runs like the knobs above. Needs the register epilogue.
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS
 #define CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS 1
+#endif
+
+// N > 0: the kernel is launched as a programmatic dependent of the stream's previous kernel
+// (common/pdl.h), so that its CTAs start on the SMs that kernel's tail leaves idle; before waiting
+// for that kernel each CTA prefetches into L2 the first N K tiles of the weights of the tile its
+// block index names in the order (its first ticket's, if tickets go in block order: a guess, and a
+// hint only); every thread waits before its first global access other than those reads. 0: an
+// ordinary launch. A knob for A/B runs like the ones above.
+#ifndef CUTE_OPS_GEMM_PAIR_SM90_PDL
+#define CUTE_OPS_GEMM_PAIR_SM90_PDL 0
 #endif
 
 namespace cute_ops::gemm_pair {
@@ -91,6 +102,7 @@ struct GemmPairKernelSm90 {
   static constexpr int kEvictFirstRowBlocks = 2;
   static constexpr bool kRegisterEpilogue = CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE != 0;
   static constexpr bool kFoldSplits = kRegisterEpilogue && CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS != 0;
+  static constexpr int kPdlPrefetch = CUTE_OPS_GEMM_PAIR_SM90_PDL;  // K tiles; 0: no PDL
 
   // The ring and the staging tile have shared memory apart when both fit (the next tile loads
   // during an epilogue); otherwise they share it, and the producer takes the next ticket only
@@ -147,11 +159,23 @@ struct GemmPairKernelSm90 {
 
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegs>();
-      if (threadIdx.x / 32 == 0 && cute::elect_one_sync()) {
-        produce(params, pipeline, queue, storage);
+      if constexpr (kPdlPrefetch > 0) {
+        const bool leader = threadIdx.x / 32 == 0 && cute::elect_one_sync();
+        if (leader) prefetch_first_weights(params);
+        wait_for_previous_grid();
+        allow_dependent_launch();
+        if (leader) produce(params, pipeline, queue, storage);
+      } else {
+        if (threadIdx.x / 32 == 0 && cute::elect_one_sync()) {
+          produce(params, pipeline, queue, storage);
+        }
       }
     } else {
       cutlass::arch::warpgroup_reg_alloc<kMmaRegs>();
+      if constexpr (kPdlPrefetch > 0) {
+        wait_for_previous_grid();
+        allow_dependent_launch();
+      }
       consume(params, pipeline, queue, storage);
     }
   }
@@ -190,6 +214,22 @@ struct GemmPairKernelSm90 {
   // through the staging tile's shared memory (Epilogue::fold_split).
   __device__ __forceinline__ static bool reads_running_sum(const GemmPairParams& p, const WorkTile& w) {
     return kFoldSplits && w.gemm == 1 && p.splits1 > 1 && w.split > 0;
+  }
+
+  // Before the wait for the previous kernel (kPdlPrefetch): the weights of the tile named by this
+  // CTA's block index, the first kPdlPrefetch K tiles, into L2. The order table is the host's, not
+  // the previous kernel's, and B is read through L2, so neither read needs the wait.
+  __device__ __forceinline__ static void prefetch_first_weights(const Params& params) {
+    const GemmPairParams& p = params.p;
+    const int4 entry = p.order[blockIdx.x];
+    const WorkTile w{entry.x, entry.y, entry.z, entry.w};
+    const KRange kr = k_range(p, w);
+    const int k_tiles = min(kr.k_tiles, kPdlPrefetch);
+    if (w.gemm == 0) {
+      Mainloop::prefetch_b(params.gemm[0], p.n0, p.k, w.n_tile, kr.k0 / kBlockK, k_tiles);
+    } else {
+      Mainloop::prefetch_b(params.gemm[1], p.n1, p.h_width, w.n_tile, kr.k0 / kBlockK, k_tiles);
+    }
   }
 
   // The producer's elected thread: tickets until they run out, each tile's entry to the queue

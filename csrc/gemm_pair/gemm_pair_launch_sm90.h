@@ -93,7 +93,11 @@ void launch_gemm_pair_sm90(const GemmPairParams& p, cudaStream_t stream) {
   int device = 0;
   check_cuda(cudaGetDevice(&device), "current device");
   const int grid = std::min(p.num_tiles, device_info(device).sms * Kernel::kCtasPerSm);
-  kernel<<<grid, Kernel::kNThreads, Kernel::kSmemBytes, stream>>>(params);
+  if constexpr (Kernel::kPdlPrefetch > 0) {
+    launch_dependent(true, kernel, dim3(grid), dim3(Kernel::kNThreads), Kernel::kSmemBytes, stream, params);
+  } else {
+    kernel<<<grid, Kernel::kNThreads, Kernel::kSmemBytes, stream>>>(params);
+  }
   CUTE_OPS_CHECK_LAUNCH("gemm_pair launch");
 }
 

@@ -181,6 +181,20 @@ struct MainloopSm90 {
     state = s;
   }
 
+  // Producer, one thread: B's K tiles [k_tile0, k_tile0 + k_tiles) of column tile n_tile fetched
+  // into L2 by TMA prefetches (no shared memory, no barrier: a hint, wasted if the tile is not
+  // loaded soon after, and safe whatever writes B later, since L2 is where every SM reads it).
+  __device__ __forceinline__ static void prefetch_b(const Params& params, int n, int k, int n_tile, int k_tile0,
+                                                    int k_tiles) {
+    const auto& tma_load_b = params.collective.tma_load_b;
+    Tensor mB = tma_load_b.get_tma_tensor(make_shape(n, k, 1));  // (n, k, 1)
+    using X = Underscore;
+    Tensor gB = local_tile(mB, TileShape{}, make_coord(_, _, _), Step<X, _1, _1>{})(_, _, n_tile, _, 0);  // (BN, BK, k)
+    Tensor tBgB = tma_load_b.get_slice(0).partition_S(gB);
+#pragma unroll 1
+    for (int i = 0; i < k_tiles; ++i) prefetch(tma_load_b, tBgB(_, _, _, k_tile0 + i));
+  }
+
   // Consumers, every thread of the consumer warp groups (thread: its index among them): acc =
   // the product over the k_tiles stages from ring position `read`, then those stages released and
   // every wgmma complete. The caller advances its position by k_tiles.
