@@ -273,23 +273,34 @@ class SimResult:
 
 
 def simulate(s: Schedule | Sequence[Tile], workers: int, durations: dict[Tile, float] | None = None,
-             seed: int = 0, producers=None) -> SimResult:
+             seed: int = 0, producers=None, fold_splits: bool = True) -> SimResult:
     """P = `workers` CTA slots run the launch: a free slot takes the next ticket (a new CTA starts
     and atomically increments the counter), then holds the slot, waiting, until every producer of
-    its tile has finished, then runs for the tile's duration. Reports deadlock when every slot
-    holds a waiting tile and nothing is running. `s` may be a bare order (with `producers`) to
-    exercise orders that check_order would reject."""
+    its tile has finished, then runs for the tile's duration. With `fold_splits` (the SM90
+    kernel's folded GEMM1 K-splits) a GEMM1 split s > 0 that is done computing also holds its slot
+    until split s - 1 of its output tile has finished, and finishes with it. Reports deadlock when
+    every slot holds a waiting tile and nothing is running. `s` may be a bare order (with
+    `producers`) to exercise orders that check_order would reject."""
     order = list(s.order) if isinstance(s, Schedule) else list(s)
     deps = s.producers if isinstance(s, Schedule) else producers
+    in_order = set(order)
     rng = random.Random(seed)
     if durations is None:
         if not isinstance(s, Schedule):
             raise ValueError("a bare order needs explicit durations")
         durations = {t: rng.uniform(0.75, 1.25) * tile_work(s, t) for t in order}
+
+    def fold_predecessor(tile: Tile) -> Tile | None:
+        if not fold_splits or tile.gemm != 1 or tile.split == 0:
+            return None
+        pred = tile._replace(split=tile.split - 1)
+        return pred if pred in in_order else None
+
     finished_at: dict[Tile, float] = {}
     now, next_ticket, wait_time = 0.0, 0, 0.0
     running: list[tuple[float, int, Tile]] = []  # (end time, tie-break, tile)
     waiting: list[tuple[Tile, float]] = []        # (tile, time it took its ticket)
+    folding: dict[Tile, Tile] = {}                # computed, waiting for this split -> that one
     free = workers
     seq = 0
     while len(finished_at) < len(order):
@@ -310,6 +321,16 @@ def simulate(s: Schedule | Sequence[Tile], workers: int, durations: dict[Tile, f
             return SimResult(now, True, len(finished_at), wait_time)
         end, _, tile = heapq.heappop(running)
         now = end
-        finished_at[tile] = now
-        free += 1
+        pred = fold_predecessor(tile)
+        if pred is not None and pred not in finished_at:
+            folding[tile] = pred  # holds its slot until its predecessor is in the running sum
+            continue
+        done = [tile]
+        while done:  # a finished split lets the split folding onto it finish, and so on
+            t = done.pop()
+            finished_at[t] = now
+            free += 1
+            done += [f for f, p in folding.items() if p == t]
+            for f in done:
+                folding.pop(f, None)
     return SimResult(now, False, len(finished_at), wait_time)

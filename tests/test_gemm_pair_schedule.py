@@ -131,6 +131,19 @@ def test_an_order_breaking_the_rule_is_rejected_and_deadlocks():
     assert not simulate(bad, len(bad), durations, producers=s.producers).deadlocked
 
 
+def test_folded_splits_out_of_order_deadlock_in_the_simulation():
+    # With split 1 of a tile ahead of split 0 and one CTA slot, split 1 computes, then holds the
+    # slot waiting for split 0, which no CTA can take: what check_order's split rule prevents.
+    s = make_schedule(PairShape(m=16, **SMALL), Tiling(split_k1=128), "sequential", "tile")
+    order = list(s.order)
+    first, second = order.index(Tile(1, 0, 0, 0)), order.index(Tile(1, 0, 0, 1))
+    order[first], order[second] = order[second], order[first]
+    durations = {t: 1.0 for t in order}
+    assert simulate(order, 1, durations, producers=s.producers).deadlocked
+    assert not simulate(order, 1, durations, producers=s.producers, fold_splits=False).deadlocked
+    assert not simulate(s, 1, durations).deadlocked  # the policy's own order: in split order
+
+
 def _violates_by_definition(s) -> bool:
     """The rule as stated, pair by pair: some tile's producer has a later ticket, or some GEMM1
     split a later ticket than the next split of its output tile."""
