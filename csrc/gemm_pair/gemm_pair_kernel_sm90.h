@@ -63,7 +63,7 @@
 // hint only); every thread waits before its first global access other than those reads. 0: an
 // ordinary launch. A knob for A/B runs like the ones above.
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_PDL
-#define CUTE_OPS_GEMM_PAIR_SM90_PDL 0
+#define CUTE_OPS_GEMM_PAIR_SM90_PDL 16
 #endif
 
 namespace cute_ops::gemm_pair {
