@@ -62,7 +62,9 @@ def gemm_pair(a: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor, activation: s
             8 < M <= 64; the sm80 ones (mma.sync, cp.async) otherwise, and for a ``split_k0`` that
             is not a multiple of 64. ``"sm80"`` or ``"sm90"`` forces one (tests, A/B). The
             sm90 kernels have block_m 64, 128 and 256 (sm80: 16, 64 and 128), and with ``"sm90"``
-            ``split_k0`` must be a multiple of 64.
+            ``split_k0`` must be a multiple of 64. The sm90 kernels start while the stream's
+            previous kernel finishes (programmatic dependent launch), reading the first weights
+            into L2 before they wait for it.
 
     Returns:
         ``[..., n1]``, a's dtype. Accumulation is float32; h is rounded to a's dtype once (after the
