@@ -39,6 +39,11 @@ namespace gemm_pair {
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_M128_STAGES
 #define CUTE_OPS_GEMM_PAIR_SM90_M128_STAGES 6
 #endif
+// The 64-row ring depth, the same kind of knob. At 9 stages the ring no longer fits beside the
+// staging tile, which then shares it (kOverlapEpilogue false), as at 128 and 256 rows.
+#ifndef CUTE_OPS_GEMM_PAIR_SM90_M64_STAGES
+#define CUTE_OPS_GEMM_PAIR_SM90_M64_STAGES 8
+#endif
 // 1: a call with fewer rows than a tile loads A in 16-row boxes (MainloopSm90); 0: one tile-high
 // box whatever m, a knob for A/B runs, rebuilt like the one above.
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_A_BOXES
@@ -47,7 +52,7 @@ namespace gemm_pair {
 template <int kBlockM, typename Element>
 struct TileConfigSm90;
 template <typename E> struct TileConfigSm90<64, E> {
-  using Mainloop = MainloopSm90<E, 64, 8>;
+  using Mainloop = MainloopSm90<E, 64, CUTE_OPS_GEMM_PAIR_SM90_M64_STAGES>;
   static constexpr int kLoadRegs = 40, kMmaRegs = 232, kCtasPerSm = 1;
 };
 template <typename E> struct TileConfigSm90<128, E> {
