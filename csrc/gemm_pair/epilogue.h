@@ -193,6 +193,12 @@ struct Epilogue {
     const int64_t n_pad = static_cast<int64_t>(p.tiles1) * kBlockN;
     return p.partials1 + row0 * n_pad + static_cast<int64_t>(n_tile) * rows16 * kBlockN;
   }
+  // The same tile in the plane after the running sums' (fold_split's kPairLast partial): the host
+  // sizes partials1 for two planes of round_up(m, 16) rows from 3 splits (make_plan).
+  __device__ __forceinline__ static float* pair_tile(const GemmPairParams& p, int m_block, int n_tile) {
+    const int64_t plane = static_cast<int64_t>((p.m + 15) / 16 * 16) * p.tiles1 * kBlockN;
+    return running_tile(p, m_block, n_tile) + plane;
+  }
 
   // `landing`: the staging tile's shared memory, free for this tile (the caller's to ensure: no
   // TMA load of a later tile may target it). The running sum is copied into it by cp.async, every
@@ -200,9 +206,18 @@ struct Epilogue {
   // the accumulators (a register copy of 4 float4 at a time already spilled at 256 rows, where
   // the consumers' code gets 168 registers). Each thread reads back only its own copies, so no
   // barrier is needed between the copies and the adds.
-  template <typename TiledMma, typename Acc, typename Barrier>
-  __device__ __forceinline__ static bool fold_split(Acc& acc, float* running, int* folded, int split, int splits,
-                                                    int rows, SharedStorage& landing, Barrier barrier) {
+  //
+  // kPairLast, with 3 splits or more: the next-to-last split a = splits - 2 leaves its fold to the
+  // last, so that the two do not run one after the other at the launch's end (their loops tend
+  // to end together: docs/perf-notes.md, session 62). Split a does not wait: it stores its own
+  // accumulators at `pair` (the same layout) and counts 1. The last split waits for both the
+  // running sum of splits 0..a-1 and that partial, and adds (running + p_a) + p_last: the same
+  // association, so the same bits. The counter then counts 2 a fold, so that its parity tells the
+  // partial apart. The partial is read into registers beside the accumulators: one float4 a
+  // vector, so kPairLast needs a thread's vectors to be few (64- and 128-row tiles: 16).
+  template <typename TiledMma, bool kPairLast = false, typename Acc, typename Barrier>
+  __device__ __forceinline__ static bool fold_split(Acc& acc, float* running, float* pair, int* folded, int split,
+                                                    int splits, int rows, SharedStorage& landing, Barrier barrier) {
     using AccLayout = typename Acc::layout_type;
     static_assert(decltype(size<0, 2>(AccLayout{}))::value == kBlockN / 8 &&
                       decltype(size<2>(AccLayout{}))::value == 1,
@@ -228,9 +243,29 @@ struct Epilogue {
     auto value = [&](int slab, int g, int i) -> float& {  // i: (column pair, row half) of the float4
       return acc(make_coord(make_coord(i % 2, i / 2, g), slab, 0));
     };
+    constexpr int kFold = kPairLast ? 2 : 1;  // what a fold adds to the counter
+    const bool pair_last = kPairLast && splits >= 3;
+    if constexpr (kPairLast) {
+      static_assert(kVecs <= 16, "kPairLast holds the partial in registers beside the accumulators");
+      if (pair_last && split == splits - 2) {  // its own partial, for the last split to add
+        CUTE_UNROLL
+        for (int slab = 0; slab < kSlabs; ++slab) {
+          if (!valid(slab)) continue;
+          CUTE_UNROLL
+          for (int g = 0; g < kGroups; ++g) {
+            __stcg(reinterpret_cast<float4*>(pair) + (vec(slab, g) - reinterpret_cast<float4*>(running)),
+                   make_float4(value(slab, g, 0), value(slab, g, 1), value(slab, g, 2), value(slab, g, 3)));
+          }
+        }
+        signal(folded, barrier, 1);
+        return false;
+      }
+    }
     if (split > 0) {
-      // Also every consumer thread is done with the staging tile's earlier use.
-      wait_at_least(folded, split, barrier);  // splits 0..split-1 are in the running sum
+      const bool last_of_pair = pair_last && split == splits - 1;
+      // Also every consumer thread is done with the staging tile's earlier use. Splits 0..split-1
+      // are in the running sum (with last_of_pair: splits 0..split-2, and split - 1's partial).
+      wait_at_least(folded, last_of_pair ? kFold * (split - 1) + 1 : kFold * split, barrier);
       float4* const mine = reinterpret_cast<float4*>(landing.tile.data()) + thread();
       CUTE_UNROLL
       for (int slab = 0; slab < kSlabs; ++slab) {
@@ -241,6 +276,34 @@ struct Epilogue {
         }
       }
       cp_async_fence();
+      if constexpr (kPairLast) {
+        if (last_of_pair) {  // (running + p_a) + p_last
+          // p_a in registers, half a thread's vectors at a time (all at once spilled at 64 rows):
+          // the first half's loads in flight with the running sum's copies.
+          constexpr int kHalf = (kVecs + 1) / 2;
+          CUTE_UNROLL
+          for (int half = 0; half < 2; ++half) {
+            float4 partial[kHalf];
+            CUTE_UNROLL
+            for (int v = half * kHalf; v < min(kVecs, (half + 1) * kHalf); ++v) {
+              if (valid(v / kGroups)) {
+                partial[v - half * kHalf] = __ldcg(reinterpret_cast<const float4*>(pair) +
+                                                   (vec(v / kGroups, v % kGroups) - reinterpret_cast<float4*>(running)));
+              }
+            }
+            if (half == 0) cp_async_wait<0>();
+            CUTE_UNROLL
+            for (int v = half * kHalf; v < min(kVecs, (half + 1) * kHalf); ++v) {
+              if (!valid(v / kGroups)) continue;
+              const int slab = v / kGroups, g = v % kGroups;
+              const float4 prev = mine[v * kNThreads], q = partial[v - half * kHalf];
+              value(slab, g, 0) = (prev.x + q.x) + value(slab, g, 0), value(slab, g, 1) = (prev.y + q.y) + value(slab, g, 1);
+              value(slab, g, 2) = (prev.z + q.z) + value(slab, g, 2), value(slab, g, 3) = (prev.w + q.w) + value(slab, g, 3);
+            }
+          }
+          return true;
+        }
+      }
       cp_async_wait<0>();
       CUTE_UNROLL
       for (int slab = 0; slab < kSlabs; ++slab) {
@@ -262,7 +325,7 @@ struct Epilogue {
         __stcg(vec(slab, g), make_float4(value(slab, g, 0), value(slab, g, 1), value(slab, g, 2), value(slab, g, 3)));
       }
     }
-    signal(folded, barrier);  // split + 1 splits in the running sum
+    signal(folded, barrier, kFold);  // split + 1 splits in the running sum
     return false;
   }
 

@@ -56,6 +56,15 @@
 #define CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS 1
 #endif
 
+// 1: with folded splits (above) at 64- and 128-row tiles and 3 splits or more, the next-to-last
+// split of an output tile stores its own partial instead of folding, and the last split adds both
+// (Epilogue::fold_split's kPairLast: the same bits), so that the two folds do not run one after
+// the other at the launch's end. 0: the plain chain. A knob for A/B runs, off by default until
+// measured.
+#ifndef CUTE_OPS_GEMM_PAIR_SM90_FOLD_PAIR
+#define CUTE_OPS_GEMM_PAIR_SM90_FOLD_PAIR 0
+#endif
+
 // N > 0: the kernel is launched as a programmatic dependent of the stream's previous kernel
 // (common/pdl.h), so that its CTAs start on the SMs that kernel's tail leaves idle; before waiting
 // for that kernel each CTA prefetches into L2 the first N K tiles of the weights of the tile its
@@ -102,6 +111,7 @@ struct GemmPairKernelSm90 {
   static constexpr int kEvictFirstRowBlocks = 2;
   static constexpr bool kRegisterEpilogue = CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE != 0;
   static constexpr bool kFoldSplits = kRegisterEpilogue && CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS != 0;
+  static constexpr bool kFoldPair = kFoldSplits && CUTE_OPS_GEMM_PAIR_SM90_FOLD_PAIR != 0 && kBlockM <= 128;
   static constexpr int kPdlPrefetch = CUTE_OPS_GEMM_PAIR_SM90_PDL;  // K tiles; 0: no PDL
 
   // The ring and the staging tile have shared memory apart when both fit (the next tile loads
@@ -213,6 +223,9 @@ struct GemmPairKernelSm90 {
   // Whether tile w is a folded GEMM1 split that reads the running sum (every split but the first),
   // through the staging tile's shared memory (Epilogue::fold_split).
   __device__ __forceinline__ static bool reads_running_sum(const GemmPairParams& p, const WorkTile& w) {
+    if constexpr (kFoldPair) {
+      if (w.gemm == 1 && p.splits1 >= 3 && w.split == p.splits1 - 2) return false;  // stores its partial only
+    }
     return kFoldSplits && w.gemm == 1 && p.splits1 > 1 && w.split > 0;
   }
 
@@ -343,8 +356,10 @@ struct GemmPairKernelSm90 {
         signal_h(p, w);
       } else {
         if (kFoldSplits && p.splits1 > 1) {
-          if (!Epilogue::template fold_split<typename Mainloop::TiledMma>(
-                  acc, Epilogue::running_tile(p, w.m_block, w.n_tile), p.arrived1 + w.m_block * p.tiles1 + w.n_tile,
+          if (!Epilogue::template fold_split<typename Mainloop::TiledMma, kFoldPair>(
+                  acc, Epilogue::running_tile(p, w.m_block, w.n_tile),
+                  kFoldPair ? Epilogue::pair_tile(p, w.m_block, w.n_tile) : nullptr,
+                  p.arrived1 + w.m_block * p.tiles1 + w.n_tile,
                   w.split, p.splits1, rows, storage.epilogue, MmaBarrier{})) {
             if (tracer) GEMM_PAIR_TRACE_AT(ticket, 3);
             return;  // a later split writes the output tile

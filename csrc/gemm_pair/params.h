@@ -76,8 +76,13 @@ inline Plan make_params(const Problem& pr) {
     if (splits[i] > 1) next += g.m_blocks() * tiles[i];
     plan.partials[i] = splits[i] > 1 ? splits[i] * g.m * n[i] : 0;
     // The SM90 kernel's folded GEMM1 splits keep one running sum, 16-row groups of whole tiles
-    // (Epilogue::running_tile): round_up(m, 16) rows of the tiles' columns.
-    if (i == 1 && splits[i] > 1) plan.partials[i] = std::max(plan.partials[i], ceil_div(g.m, 16) * 16 * tiles[i] * g.block_n1);
+    // (Epilogue::running_tile): round_up(m, 16) rows of the tiles' columns; from 3 splits a second
+    // plane like it, for the next-to-last split's partial where a build pairs the last two splits
+    // (CUTE_OPS_GEMM_PAIR_SM90_FOLD_PAIR, a device-code knob this host code cannot see).
+    if (i == 1 && splits[i] > 1) {
+      const int64_t planes = splits[i] >= 3 ? 2 : 1;
+      plan.partials[i] = std::max(plan.partials[i], planes * ceil_div(g.m, 16) * 16 * tiles[i] * g.block_n1);
+    }
     plan.tickets[i] = g.m_blocks() * tiles[i] * splits[i];
   }
   c.size = next;

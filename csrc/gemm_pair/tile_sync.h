@@ -64,11 +64,12 @@ __device__ __forceinline__ int load_relaxed(const int* p) {
   return v;
 }
 
-// Called by every thread of `barrier` after its last store of the data being published.
+// Called by every thread of `barrier` after its last store of the data being published; adds
+// `count` to the counter.
 template <typename Barrier>
-__device__ __forceinline__ void signal(int* counter, Barrier barrier) {
+__device__ __forceinline__ void signal(int* counter, Barrier barrier, int count = 1) {
   barrier.sync();
-  if (barrier.is_leader()) add_release(counter, 1);
+  if (barrier.is_leader()) add_release(counter, count);
 }
 
 // Called by every thread of `barrier`: returns once `*counter >= target`, with the producers'
