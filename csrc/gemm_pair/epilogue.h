@@ -177,7 +177,7 @@ struct Epilogue {
   // The folded split-K of GEMM1 (SM90, CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS): an output tile's
   // K-splits add themselves, in split order, to one running sum kept in `partials1`, straight
   // from the accumulators. Split s waits until splits 0..s-1 are in it (its counter `*folded`
-  // reaches s, released by split s-1), reads it and adds its own accumulators (running + acc:
+  // reaches s, or 2s under kPairLast below; released by split s-1), reads it and adds its own accumulators (running + acc:
   // ((p0 + p1) + p2) + ..., the association sum_partials uses, whatever order the splits end in);
   // then a split other than the last stores the new running sum in place and counts it. Returns
   // true in the last split, whose accumulators then hold the tile's sum for the output's store.
@@ -194,7 +194,7 @@ struct Epilogue {
     return p.partials1 + row0 * n_pad + static_cast<int64_t>(n_tile) * rows16 * kBlockN;
   }
   // The same tile in the plane after the running sums' (fold_split's kPairLast partial): the host
-  // sizes partials1 for two planes of round_up(m, 16) rows from 3 splits (make_plan).
+  // sizes partials1 for two planes of round_up(m, 16) rows from 3 splits (make_params).
   __device__ __forceinline__ static float* pair_tile(const GemmPairParams& p, int m_block, int n_tile) {
     const int64_t plane = static_cast<int64_t>((p.m + 15) / 16 * 16) * p.tiles1 * kBlockN;
     return running_tile(p, m_block, n_tile) + plane;
@@ -325,7 +325,7 @@ struct Epilogue {
         __stcg(vec(slab, g), make_float4(value(slab, g, 0), value(slab, g, 1), value(slab, g, 2), value(slab, g, 3)));
       }
     }
-    signal(folded, barrier, kFold);  // split + 1 splits in the running sum
+    signal(folded, barrier, kFold);  // split + 1 splits in the running sum (kFold a split)
     return false;
   }
 

@@ -33,7 +33,8 @@ struct GemmPairParams {
   int* ticket;        // zero at the launch, like every counter, and left zero by it (params.h)
   int* ready;         // [m_blocks * (tile_sync ? splits1 : 1)] GEMM0 tiles finished, per dependency
   int* arrived0;      // [m_blocks * tiles0] GEMM0 splits finished, per tile (split only, else nullptr)
-  int* arrived1;      // [m_blocks * tiles1] GEMM1 splits finished, per tile (split only, else nullptr)
+  int* arrived1;      // [m_blocks * tiles1] GEMM1 splits finished, per tile (split only, else nullptr;
+                      // SM90 folded splits count folds: Epilogue::fold_split)
   int64_t lda;
   int m, k, n0, n1, h_width;
   int num_tiles;      // tickets; the SM80 kernel's grid (one CTA per ticket)
