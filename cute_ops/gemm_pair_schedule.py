@@ -273,12 +273,14 @@ class SimResult:
 
 
 def simulate(s: Schedule | Sequence[Tile], workers: int, durations: dict[Tile, float] | None = None,
-             seed: int = 0, producers=None, fold_splits: bool = True) -> SimResult:
+             seed: int = 0, producers=None, fold_splits: bool = True, pair_last: bool = False) -> SimResult:
     """P = `workers` CTA slots run the launch: a free slot takes the next ticket (a new CTA starts
     and atomically increments the counter), then holds the slot, waiting, until every producer of
     its tile has finished, then runs for the tile's duration. With `fold_splits` (the SM90
     kernel's folded GEMM1 K-splits) a GEMM1 split s > 0 that is done computing also holds its slot
-    until split s - 1 of its output tile has finished, and finishes with it. Reports deadlock when
+    until split s - 1 of its output tile has finished, and finishes with it. With `pair_last` too
+    (the build knob CUTE_OPS_GEMM_PAIR_SM90_FOLD_PAIR), in an output tile of S >= 3 splits split
+    S - 2 waits for nothing and split S - 1 waits for splits S - 3 and S - 2. Reports deadlock when
     every slot holds a waiting tile and nothing is running. `s` may be a bare order (with
     `producers`) to exercise orders that check_order would reject."""
     order = list(s.order) if isinstance(s, Schedule) else list(s)
@@ -290,17 +292,27 @@ def simulate(s: Schedule | Sequence[Tile], workers: int, durations: dict[Tile, f
             raise ValueError("a bare order needs explicit durations")
         durations = {t: rng.uniform(0.75, 1.25) * tile_work(s, t) for t in order}
 
-    def fold_predecessor(tile: Tile) -> Tile | None:
+    splits_of: dict[tuple[int, int], int] = {}  # GEMM1 output tile -> its splits in the order
+    for t in order:
+        if t.gemm == 1:
+            splits_of[(t.m, t.n)] = max(splits_of.get((t.m, t.n), 0), t.split + 1)
+
+    def fold_predecessors(tile: Tile) -> list[Tile]:
+        """The splits whose folds `tile` waits for once it is done computing."""
         if not fold_splits or tile.gemm != 1 or tile.split == 0:
-            return None
-        pred = tile._replace(split=tile.split - 1)
-        return pred if pred in in_order else None
+            return []
+        last = splits_of[(tile.m, tile.n)] - 1
+        if pair_last and last >= 2 and tile.split >= last - 1:
+            wanted = [] if tile.split == last - 1 else [last - 2, last - 1]
+        else:
+            wanted = [tile.split - 1]
+        return [p for p in (tile._replace(split=k) for k in wanted) if p in in_order]
 
     finished_at: dict[Tile, float] = {}
     now, next_ticket, wait_time = 0.0, 0, 0.0
     running: list[tuple[float, int, Tile]] = []  # (end time, tie-break, tile)
     waiting: list[tuple[Tile, float]] = []        # (tile, time it took its ticket)
-    folding: dict[Tile, Tile] = {}                # computed, waiting for this split -> that one
+    folding: dict[Tile, list[Tile]] = {}          # computed, waiting for these splits' folds
     free = workers
     seq = 0
     while len(finished_at) < len(order):
@@ -321,16 +333,17 @@ def simulate(s: Schedule | Sequence[Tile], workers: int, durations: dict[Tile, f
             return SimResult(now, True, len(finished_at), wait_time)
         end, _, tile = heapq.heappop(running)
         now = end
-        pred = fold_predecessor(tile)
-        if pred is not None and pred not in finished_at:
-            folding[tile] = pred  # holds its slot until its predecessor is in the running sum
+        preds = [p for p in fold_predecessors(tile) if p not in finished_at]
+        if preds:
+            folding[tile] = preds  # holds its slot until its predecessors are in the running sum
             continue
         done = [tile]
-        while done:  # a finished split lets the split folding onto it finish, and so on
+        while done:  # a finished split lets the splits folding onto it finish, and so on
             t = done.pop()
             finished_at[t] = now
             free += 1
-            done += [f for f, p in folding.items() if p == t]
-            for f in done:
-                folding.pop(f, None)
+            for f, ps in list(folding.items()):
+                if all(p in finished_at for p in ps):
+                    done.append(f)
+                    del folding[f]
     return SimResult(now, False, len(finished_at), wait_time)

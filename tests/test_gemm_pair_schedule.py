@@ -144,6 +144,36 @@ def test_folded_splits_out_of_order_deadlock_in_the_simulation():
     assert not simulate(s, 1, durations).deadlocked  # the policy's own order: in split order
 
 
+def test_paired_last_splits_in_the_simulation():
+    # The pair knob (CUTE_OPS_GEMM_PAIR_SM90_FOLD_PAIR): the next-to-last split waits for nothing,
+    # the last for the two before it. The policies' orders still cannot deadlock, even on one slot.
+    shape = PairShape(m=16, **SMALL)
+    for split_k1 in (64, 128, 192):  # 3 or more splits of SMALL's h
+        for policy in ("sequential", "row_interleaved", "overlap"):
+            s = make_schedule(shape, Tiling(split_k1=split_k1), policy, "tile", lag=1)
+            assert s.splits >= 3
+            for workers in (1, 2, 7):
+                assert not simulate(s, workers, seed=3, pair_last=True).deadlocked
+    s = make_schedule(shape, Tiling(split_k1=64), "sequential", "tile")
+    durations = {t: 1.0 for t in s.order}
+    last = s.splits - 1
+
+    def swapped(i: int, j: int) -> list[Tile]:  # the order with splits i and j of one tile swapped
+        order = list(s.order)
+        a, b = order.index(Tile(1, 0, 0, i)), order.index(Tile(1, 0, 0, j))
+        order[a], order[b] = order[b], order[a]
+        return order
+
+    # The next-to-last split ahead of the one before it, on one slot: in the chain it computes and
+    # then holds the slot for a split no CTA can take; paired, it waits for nothing.
+    order = swapped(last - 2, last - 1)
+    assert simulate(order, 1, durations, producers=s.producers).deadlocked
+    assert not simulate(order, 1, durations, producers=s.producers, pair_last=True).deadlocked
+    # The last split ahead of the next-to-last deadlocks either way.
+    order = swapped(last - 1, last)
+    assert simulate(order, 1, durations, producers=s.producers, pair_last=True).deadlocked
+
+
 def _violates_by_definition(s) -> bool:
     """The rule as stated, pair by pair: some tile's producer has a later ticket, or some GEMM1
     split a later ticket than the next split of its output tile."""
