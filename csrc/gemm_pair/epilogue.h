@@ -177,10 +177,11 @@ struct Epilogue {
   // The folded split-K of GEMM1 (SM90, CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS): an output tile's
   // K-splits add themselves, in split order, to one running sum kept in `partials1`, straight
   // from the accumulators. Split s waits until splits 0..s-1 are in it (its counter `*folded`
-  // reaches s, or 2s under kPairLast below; released by split s-1), reads it and adds its own accumulators (running + acc:
-  // ((p0 + p1) + p2) + ..., the association sum_partials uses, whatever order the splits end in);
-  // then a split other than the last stores the new running sum in place and counts it. Returns
-  // true in the last split, whose accumulators then hold the tile's sum for the output's store.
+  // reaches s, or 2s under kPairLast below; released by split s-1), reads it and adds its own
+  // accumulators (running + acc: ((p0 + p1) + p2) + ..., the association sum_partials uses,
+  // whatever order the splits end in); then a split other than the last stores the new running
+  // sum in place and counts it. Returns true in the last split, whose accumulators then hold the
+  // tile's sum for the output's store.
   // So the last split reads one running sum, in one round trip, instead of publishing its own
   // partial and then reading every split's (the launch's tail: docs/perf-notes.md, session 61).
   // The running sum is laid out in the accumulators' own order, so that a thread reads back what
@@ -243,6 +244,9 @@ struct Epilogue {
     auto value = [&](int slab, int g, int i) -> float& {  // i: (column pair, row half) of the float4
       return acc(make_coord(make_coord(i % 2, i / 2, g), slab, 0));
     };
+    auto pair_vec = [&](int slab, int g) {  // vec's place in the kPairLast partial's plane
+      return reinterpret_cast<float4*>(pair) + (vec(slab, g) - reinterpret_cast<float4*>(running));
+    };
     constexpr int kFold = kPairLast ? 2 : 1;  // what a fold adds to the counter
     const bool pair_last = kPairLast && splits >= 3;
     if constexpr (kPairLast) {
@@ -253,8 +257,7 @@ struct Epilogue {
           if (!valid(slab)) continue;
           CUTE_UNROLL
           for (int g = 0; g < kGroups; ++g) {
-            __stcg(reinterpret_cast<float4*>(pair) + (vec(slab, g) - reinterpret_cast<float4*>(running)),
-                   make_float4(value(slab, g, 0), value(slab, g, 1), value(slab, g, 2), value(slab, g, 3)));
+            __stcg(pair_vec(slab, g), make_float4(value(slab, g, 0), value(slab, g, 1), value(slab, g, 2), value(slab, g, 3)));
           }
         }
         signal(folded, barrier, 1);
@@ -287,8 +290,7 @@ struct Epilogue {
             CUTE_UNROLL
             for (int v = half * kHalf; v < min(kVecs, (half + 1) * kHalf); ++v) {
               if (valid(v / kGroups)) {
-                partial[v - half * kHalf] = __ldcg(reinterpret_cast<const float4*>(pair) +
-                                                   (vec(v / kGroups, v % kGroups) - reinterpret_cast<float4*>(running)));
+                partial[v - half * kHalf] = __ldcg(pair_vec(v / kGroups, v % kGroups));
               }
             }
             if (half == 0) cp_async_wait<0>();
