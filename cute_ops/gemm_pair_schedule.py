@@ -273,19 +273,24 @@ class SimResult:
 
 
 def simulate(s: Schedule | Sequence[Tile], workers: int, durations: dict[Tile, float] | None = None,
-             seed: int = 0, producers=None, fold_splits: bool = True, pair_last: bool = False) -> SimResult:
+             seed: int = 0, producers=None, fold_splits: bool = True,
+             pair_last: bool | None = None) -> SimResult:
     """P = `workers` CTA slots run the launch: a free slot takes the next ticket (a new CTA starts
     and atomically increments the counter), then holds the slot, waiting, until every producer of
     its tile has finished, then runs for the tile's duration. With `fold_splits` (the SM90
     kernel's folded GEMM1 K-splits) a GEMM1 split s > 0 that is done computing also holds its slot
     until split s - 1 of its output tile has finished, and finishes with it. With `pair_last` too
     (the build knob CUTE_OPS_GEMM_PAIR_SM90_FOLD_PAIR), in an output tile of S >= 3 splits split
-    S - 2 waits for nothing and split S - 1 waits for splits S - 3 and S - 2. Reports deadlock when
+    S - 2 waits for nothing and split S - 1 waits for splits S - 3 and S - 2; left None, it is what
+    the default build does: paired for a Schedule of 64- or 128-row tiles, the chain for a bare
+    order or 256-row tiles. Reports deadlock when
     every slot holds a waiting tile and nothing is running. `s` may be a bare order (with
     `producers`) to exercise orders that check_order would reject."""
     order = list(s.order) if isinstance(s, Schedule) else list(s)
     deps = s.producers if isinstance(s, Schedule) else producers
     in_order = set(order)
+    if pair_last is None:
+        pair_last = isinstance(s, Schedule) and s.tiling.block_m <= 128
     rng = random.Random(seed)
     if durations is None:
         if not isinstance(s, Schedule):

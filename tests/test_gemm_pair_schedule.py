@@ -174,6 +174,22 @@ def test_paired_last_splits_in_the_simulation():
     assert simulate(order, 1, durations, producers=s.producers, pair_last=True).deadlocked
 
 
+def test_simulation_pairs_the_last_splits_as_the_default_build_does():
+    # Left unset, pair_last follows the default build: paired at 64- and 128-row tiles, the chain
+    # at 256 rows. The probe is an order with the next-to-last split ahead of the one before it,
+    # which deadlocks one slot in the chain only.
+    for block_m, paired in ((64, True), (128, True), (256, False)):
+        s = make_schedule(PairShape(m=16, **SMALL), Tiling(block_m=block_m, split_k1=64), "sequential", "tile")
+        last = s.splits - 1
+        order = list(s.order)
+        a, b = order.index(Tile(1, 0, 0, last - 2)), order.index(Tile(1, 0, 0, last - 1))
+        order[a], order[b] = order[b], order[a]
+        probe = type(s)(s.shape, s.tiling, s.policy, s.granularity, tuple(order))
+        durations = {t: 1.0 for t in order}
+        assert simulate(probe, 1, durations).deadlocked != paired
+        assert simulate(order, 1, durations, producers=s.producers).deadlocked  # a bare order: the chain
+
+
 def _violates_by_definition(s) -> bool:
     """The rule as stated, pair by pair: some tile's producer has a later ticket, or some GEMM1
     split a later ticket than the next split of its output tile."""
