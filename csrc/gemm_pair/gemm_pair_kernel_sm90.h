@@ -84,11 +84,12 @@
 #define CUTE_OPS_GEMM_PAIR_SM90_L2_AHEAD 0
 #endif
 
-// N > 0: a GEMM1 tile whose h is not ready when its producer reaches the wait (GEMM0's tiles of
-// its K range not all done) first fetches into L2 the N K tiles of its weights that follow the
-// ring's first stages, so that the wait's idle time streams weights the tile's loop then finds in
-// L2 (at M <= 64 the last splits wait 3-7 us for GEMM0's last tiles, while fewer SMs stream).
-// 0: it waits with the ring's stages alone in flight. A knob for A/B runs, off by default.
+// N > 0: a GEMM1 tile whose h looks not ready when its producer reaches the wait (one relaxed
+// load of the counter, an extra L2 round trip for every GEMM1 tile; a stale value only costs an
+// unneeded prefetch) first fetches into L2 the N K tiles of its weights that follow the ring's
+// first stages and L2_AHEAD's, so that the wait's idle time streams weights the tile's loop then
+// finds in L2 (at M <= 64 the last splits wait 3-7 us for GEMM0's last tiles, while fewer SMs
+// stream). 0: it waits with the ring's stages alone in flight. A knob for A/B runs, off by default.
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_WAIT_PREFETCH
 #define CUTE_OPS_GEMM_PAIR_SM90_WAIT_PREFETCH 0
 #endif
@@ -301,8 +302,9 @@ struct GemmPairKernelSm90 {
     // consecutive tickets of the order, so they need no L2 residency beyond the first read's.
     const bool weights_streamed = p.m <= kBlockM * kEvictFirstRowBlocks;
     if (w.gemm == 0) {
-      Mainloop::load(params.gemm[0], pipeline, state, p.m, p.n0, p.k, w.m_block, w.n_tile, kr.k0 / kBlockK,
-                     kr.k_tiles, weights_streamed, storage.ring, [&] { GEMM_PAIR_TRACE_AT(ticket, 1); }, kL2Ahead);
+      Mainloop::template load<kL2Ahead>(params.gemm[0], pipeline, state, p.m, p.n0, p.k, w.m_block, w.n_tile,
+                                        kr.k0 / kBlockK, kr.k_tiles, weights_streamed, storage.ring,
+                                        [&] { GEMM_PAIR_TRACE_AT(ticket, 1); });
       return;
     }
     int target = p.tiles0;  // row granularity: every GEMM0 tile of the row block
@@ -311,11 +313,11 @@ struct GemmPairKernelSm90 {
       target = (min(kr.k0 + p.split_k1, p.h_width) + h_per_tile - 1) / h_per_tile - kr.k0 / h_per_tile;
     }
     const int* ready = p.ready + ready_index(p, w.m_block, w.split);
-    Mainloop::load(params.gemm[1], pipeline, state, p.m, p.n1, p.h_width, w.m_block, w.n_tile, kr.k0 / kBlockK,
-                   kr.k_tiles, weights_streamed, storage.ring, [&] {
+    Mainloop::template load<kL2Ahead>(params.gemm[1], pipeline, state, p.m, p.n1, p.h_width, w.m_block, w.n_tile,
+                                      kr.k0 / kBlockK, kr.k_tiles, weights_streamed, storage.ring, [&] {
                      if (p.wait) {
                        if constexpr (kWaitPrefetch > 0) {
-                         if (load_relaxed(ready) < target) {  // it will wait: the weights after the ring's meanwhile
+                         if (load_relaxed(ready) < target) {  // it will likely wait: the weights after the ring's meanwhile
                            const int first = min(kr.k_tiles, Mainloop::kStages + kL2Ahead);
                            Mainloop::prefetch_b(params.gemm[1], p.n1, p.h_width, w.n_tile, kr.k0 / kBlockK + first,
                                                 min(kr.k_tiles - first, kWaitPrefetch));
@@ -325,7 +327,7 @@ struct GemmPairKernelSm90 {
                        fence_proxy_async_global();  // the acquire's view of h, for the TMA loads
                      }
                      GEMM_PAIR_TRACE_AT(ticket, 1);
-                   }, kL2Ahead);
+                   });
   }
 
   // Every consumer thread: the queue's tiles in order, until its stop entry.
