@@ -247,19 +247,22 @@ struct Epilogue {
     auto pair_vec = [&](int slab, int g) {  // vec's place in the kPairLast partial's plane
       return reinterpret_cast<float4*>(pair) + (vec(slab, g) - reinterpret_cast<float4*>(running));
     };
+    auto store_values = [&](auto&& place) {  // this thread's valid vectors of acc at place(slab, g)
+      CUTE_UNROLL
+      for (int slab = 0; slab < kSlabs; ++slab) {
+        if (!valid(slab)) continue;
+        CUTE_UNROLL
+        for (int g = 0; g < kGroups; ++g) {
+          __stcg(place(slab, g), make_float4(value(slab, g, 0), value(slab, g, 1), value(slab, g, 2), value(slab, g, 3)));
+        }
+      }
+    };
     constexpr int kFold = kPairLast ? 2 : 1;  // what a fold adds to the counter
     const bool pair_last = kPairLast && splits >= 3;
     if constexpr (kPairLast) {
       static_assert(kVecs <= 16, "kPairLast holds the partial in registers beside the accumulators");
       if (pair_last && split == splits - 2) {  // its own partial, for the last split to add
-        CUTE_UNROLL
-        for (int slab = 0; slab < kSlabs; ++slab) {
-          if (!valid(slab)) continue;
-          CUTE_UNROLL
-          for (int g = 0; g < kGroups; ++g) {
-            __stcg(pair_vec(slab, g), make_float4(value(slab, g, 0), value(slab, g, 1), value(slab, g, 2), value(slab, g, 3)));
-          }
-        }
+        store_values(pair_vec);
         signal(folded, barrier, 1);
         return false;
       }
@@ -319,14 +322,7 @@ struct Epilogue {
       }
     }
     if (split == splits - 1) return true;
-    CUTE_UNROLL
-    for (int slab = 0; slab < kSlabs; ++slab) {
-      if (!valid(slab)) continue;
-      CUTE_UNROLL
-      for (int g = 0; g < kGroups; ++g) {
-        __stcg(vec(slab, g), make_float4(value(slab, g, 0), value(slab, g, 1), value(slab, g, 2), value(slab, g, 3)));
-      }
-    }
+    store_values(vec);
     signal(folded, barrier, kFold);  // split + 1 splits in the running sum (kFold a split)
     return false;
   }
