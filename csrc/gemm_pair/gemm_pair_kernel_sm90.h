@@ -76,7 +76,7 @@
 #endif
 
 // N > 0: every tile's weights are also fetched into L2 N K tiles ahead of the ring's TMA loads
-// (MainloopSm90::load's l2_ahead), so that one SM has more bytes in flight than its ring holds:
+// (MainloopSm90::load's kL2Ahead), so that one SM has more bytes in flight than its ring holds:
 // at M <= 64 the launch's last GEMM1 splits run on about 64 SMs at one SM's rate (57 GB/s with
 // 8 stages, docs/perf-notes.md, sessions 62-63). 0: the ring alone. A knob for A/B runs, off
 // by default until measured.
