@@ -75,25 +75,6 @@
 #define CUTE_OPS_GEMM_PAIR_SM90_PDL 16
 #endif
 
-// N > 0: every tile's weights are also fetched into L2 N K tiles ahead of the ring's TMA loads
-// (MainloopSm90::load's kL2Ahead), so that one SM has more bytes in flight than its ring holds:
-// at M <= 64 the launch's last GEMM1 splits run on about 64 SMs at one SM's rate (57 GB/s with
-// 8 stages, docs/perf-notes.md, sessions 62-63). 0: the ring alone. A knob for A/B runs, off
-// by default until measured.
-#ifndef CUTE_OPS_GEMM_PAIR_SM90_L2_AHEAD
-#define CUTE_OPS_GEMM_PAIR_SM90_L2_AHEAD 0
-#endif
-
-// N > 0: a GEMM1 tile whose h looks not ready when its producer reaches the wait (one relaxed
-// load of the counter, an extra L2 round trip for every GEMM1 tile; a stale value only costs an
-// unneeded prefetch) first fetches into L2 the N K tiles of its weights that follow the ring's
-// first stages and L2_AHEAD's, so that the wait's idle time streams weights the tile's loop then
-// finds in L2 (at M <= 64 the last splits wait 3-7 us for GEMM0's last tiles, while fewer SMs
-// stream). 0: it waits with the ring's stages alone in flight. A knob for A/B runs, off by default.
-#ifndef CUTE_OPS_GEMM_PAIR_SM90_WAIT_PREFETCH
-#define CUTE_OPS_GEMM_PAIR_SM90_WAIT_PREFETCH 0
-#endif
-
 namespace cute_ops::gemm_pair {
 
 using namespace cute;
@@ -132,8 +113,6 @@ struct GemmPairKernelSm90 {
   static constexpr bool kFoldSplits = kRegisterEpilogue && CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS != 0;
   static constexpr bool kFoldPair = kFoldSplits && CUTE_OPS_GEMM_PAIR_SM90_FOLD_PAIR != 0 && kBlockM <= 128;
   static constexpr int kPdlPrefetch = CUTE_OPS_GEMM_PAIR_SM90_PDL;  // K tiles; 0: no PDL
-  static constexpr int kL2Ahead = CUTE_OPS_GEMM_PAIR_SM90_L2_AHEAD;         // K tiles; 0: none
-  static constexpr int kWaitPrefetch = CUTE_OPS_GEMM_PAIR_SM90_WAIT_PREFETCH;  // K tiles; 0: none
 
   // The ring and the staging tile have shared memory apart when both fit (the next tile loads
   // during an epilogue); otherwise they share it, and the producer takes the next ticket only
@@ -302,9 +281,8 @@ struct GemmPairKernelSm90 {
     // consecutive tickets of the order, so they need no L2 residency beyond the first read's.
     const bool weights_streamed = p.m <= kBlockM * kEvictFirstRowBlocks;
     if (w.gemm == 0) {
-      Mainloop::template load<kL2Ahead>(params.gemm[0], pipeline, state, p.m, p.n0, p.k, w.m_block, w.n_tile,
-                                        kr.k0 / kBlockK, kr.k_tiles, weights_streamed, storage.ring,
-                                        [&] { GEMM_PAIR_TRACE_AT(ticket, 1); });
+      Mainloop::load(params.gemm[0], pipeline, state, p.m, p.n0, p.k, w.m_block, w.n_tile, kr.k0 / kBlockK,
+                     kr.k_tiles, weights_streamed, storage.ring, [&] { GEMM_PAIR_TRACE_AT(ticket, 1); });
       return;
     }
     int target = p.tiles0;  // row granularity: every GEMM0 tile of the row block
@@ -313,16 +291,9 @@ struct GemmPairKernelSm90 {
       target = (min(kr.k0 + p.split_k1, p.h_width) + h_per_tile - 1) / h_per_tile - kr.k0 / h_per_tile;
     }
     const int* ready = p.ready + ready_index(p, w.m_block, w.split);
-    Mainloop::template load<kL2Ahead>(params.gemm[1], pipeline, state, p.m, p.n1, p.h_width, w.m_block, w.n_tile,
-                                      kr.k0 / kBlockK, kr.k_tiles, weights_streamed, storage.ring, [&] {
+    Mainloop::load(params.gemm[1], pipeline, state, p.m, p.n1, p.h_width, w.m_block, w.n_tile, kr.k0 / kBlockK,
+                   kr.k_tiles, weights_streamed, storage.ring, [&] {
                      if (p.wait) {
-                       if constexpr (kWaitPrefetch > 0) {
-                         if (load_relaxed(ready) < target) {  // it will likely wait: the weights after the ring's meanwhile
-                           const int first = min(kr.k_tiles, Mainloop::kStages + kL2Ahead);
-                           Mainloop::prefetch_b(params.gemm[1], p.n1, p.h_width, w.n_tile, kr.k0 / kBlockK + first,
-                                                min(kr.k_tiles - first, kWaitPrefetch));
-                         }
-                       }
                        wait_until(ready, target, ThisThread{});
                        fence_proxy_async_global();  // the acquire's view of h, for the TMA loads
                      }

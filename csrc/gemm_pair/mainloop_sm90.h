@@ -123,11 +123,7 @@ struct MainloopSm90 {
   // b_streamed: B's tiles are read once, or again only soon after (the kernel decides), so their
   // L2 lines are marked evict-first: the weights' stream then leaves L2 to what is read again
   // later (h, the split-K partials) instead of pushing it out to DRAM before its readers come.
-  // kL2Ahead > 0: B's K tiles also fetched into L2 by TMA prefetches that many tiles beyond the
-  // ring's, the first ones before wait_for_a, so that one SM has more of its weights in flight than
-  // the ring holds. The prefetches carry no cache hint: the lines land evict-normal even where
-  // the loads mark B evict-first.
-  template <int kL2Ahead = 0, typename WaitForA>
+  template <typename WaitForA>
   __device__ __forceinline__ static void load(const Params& params, Pipeline& pipeline, PipelineState& state,
                                               int m, int n, int k, int m_block, int n_tile, int k_tile0,
                                               int k_tiles, bool b_streamed, TensorStorage& tensors,
@@ -173,18 +169,11 @@ struct MainloopSm90 {
       pipeline.producer_acquire(s);
       copy(tma_load_b.with(barrier(s), 0, b_hint), tBgB(_, _, _, k_tile0 + i), tBsB(_, _, _, s.index()));
     }
-    if constexpr (kL2Ahead > 0) {
-#pragma unroll 1
-      for (int i = ahead; i < min(k_tiles, ahead + kL2Ahead); ++i) prefetch(tma_load_b, tBgB(_, _, _, k_tile0 + i));
-    }
     wait_for_a();
     s = state;
     for (int i = 0; i < ahead; ++i, ++s) copy_a(s, k_tile0 + i);
 #pragma unroll 1
     for (int i = ahead; i < k_tiles; ++i, ++s) {
-      if constexpr (kL2Ahead > 0) {
-        if (i + kL2Ahead < k_tiles) prefetch(tma_load_b, tBgB(_, _, _, k_tile0 + i + kL2Ahead));
-      }
       pipeline.producer_acquire(s);
       copy_a(s, k_tile0 + i);
       copy(tma_load_b.with(barrier(s), 0, b_hint), tBgB(_, _, _, k_tile0 + i), tBsB(_, _, _, s.index()));
