@@ -75,17 +75,6 @@
 #define CUTE_OPS_GEMM_PAIR_SM90_PDL 16
 #endif
 
-// 1: a GEMM0 tile's h signal (the release increment of its counter, which waits for the tile's
-// stores to be acknowledged) is made by the second warp of the producer warp group, otherwise
-// idle: each consumer thread stores its h, fences the proxies and arrives on a two-slot mbarrier
-// queue, and goes on to its next tile; the warp waits on the queue and makes the release. At
-// M = 512 and 8192 a GEMM0 tile's epilogue (SwiGLU, stores, fence, barrier, release) took 3.7-4.5
-// us after its 46-54 us k-loop, with the tensor cores idle (docs/perf-notes.md, session 64). 0: the
-// consumers' named barrier, then their leader's release. A knob for A/B runs, off by default.
-#ifndef CUTE_OPS_GEMM_PAIR_SM90_SIGNAL_WARP
-#define CUTE_OPS_GEMM_PAIR_SM90_SIGNAL_WARP 0
-#endif
-
 namespace cute_ops::gemm_pair {
 
 using namespace cute;
@@ -124,8 +113,6 @@ struct GemmPairKernelSm90 {
   static constexpr bool kFoldSplits = kRegisterEpilogue && CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS != 0;
   static constexpr bool kFoldPair = kFoldSplits && CUTE_OPS_GEMM_PAIR_SM90_FOLD_PAIR != 0 && kBlockM <= 128;
   static constexpr int kPdlPrefetch = CUTE_OPS_GEMM_PAIR_SM90_PDL;  // K tiles; 0: no PDL
-  static constexpr bool kSignalWarp = CUTE_OPS_GEMM_PAIR_SM90_SIGNAL_WARP != 0;
-  static constexpr int kSignalWarpIdx = 1;  // of the producer warp group (warp 0 holds the producer)
 
   // The ring and the staging tile have shared memory apart when both fit (the next tile loads
   // during an epilogue); otherwise they share it, and the producer takes the next ticket only
@@ -155,34 +142,7 @@ struct GemmPairKernelSm90 {
     int4 work[2];
     int ticket[2];  // each entry's ticket (the trace probes' slot)
   };
-  // kSignalWarp: the GEMM0 tiles' h counters, handed from the consumers (this queue's producers)
-  // to the signal warp (its consumer); a null counter tells the warp to stop.
-  using SignalQueue = cutlass::PipelineAsync<2>;
-  struct SignalStorage {
-    typename SignalQueue::SharedStorage queue;
-    int* counter[2];
-  };
-  template <typename Base>
-  struct WithSignals : Base {
-    SignalStorage signals;
-  };
-  using StorageBase = std::conditional_t<kOverlapEpilogue, StorageApart, StorageShared>;
-  using SharedStorage = std::conditional_t<kSignalWarp, WithSignals<StorageBase>, StorageBase>;
-  struct NoSignalQueue {};
-  using SignalQueueOrNone = std::conditional_t<kSignalWarp, SignalQueue, NoSignalQueue>;
-  // A consumer thread's end of the signal queue (kSignalWarp): push() after its h stores.
-  struct SignalSender {
-    SignalQueueOrNone* queue;
-    std::conditional_t<kSignalWarp, typename SignalQueue::PipelineState, NoSignalQueue> slot;
-    __device__ __forceinline__ void push(SharedStorage& storage, int* counter) {
-      if constexpr (kSignalWarp) {
-        queue->producer_acquire(slot);
-        if (MmaBarrier::is_leader()) storage.signals.counter[slot.index()] = counter;
-        queue->producer_commit(slot);  // each consumer's arrive releases its stores and fence
-        ++slot;
-      }
-    }
-  };
+  using SharedStorage = std::conditional_t<kOverlapEpilogue, StorageApart, StorageShared>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));  // dynamic shared memory
   static_assert(kSmemBytes <= kSmemLimit, "the tile config's shared memory exceeds an SM's");
 
@@ -205,7 +165,6 @@ struct GemmPairKernelSm90 {
     queue_params.producer_arv_count = 1;
     queue_params.consumer_arv_count = kMmaThreads;
     WorkQueue queue(storage.queue, queue_params);
-    SignalQueueOrNone signal_queue = make_signal_queue(storage, is_producer);
     __syncthreads();  // every thread sees the initialised mbarriers
 
     if (is_producer) {
@@ -221,54 +180,17 @@ struct GemmPairKernelSm90 {
           produce(params, pipeline, queue, storage);
         }
       }
-      if constexpr (kSignalWarp) {
-        if (threadIdx.x / 32 == kSignalWarpIdx) relay_signals(signal_queue, storage);
-      }
     } else {
       cutlass::arch::warpgroup_reg_alloc<kMmaRegs>();
       if constexpr (kPdlPrefetch > 0) {
         wait_for_previous_grid();
         allow_dependent_launch();
       }
-      SignalSender sender{&signal_queue, {}};
-      if constexpr (kSignalWarp) sender.slot = cutlass::make_producer_start_state<SignalQueue>();
-      consume(params, pipeline, queue, storage, sender);
+      consume(params, pipeline, queue, storage);
     }
   }
 
  private:
-  // The signal queue (kSignalWarp): the consumer warp groups push, the signal warp pops.
-  __device__ __forceinline__ static SignalQueueOrNone make_signal_queue(SharedStorage& storage, bool is_producer) {
-    if constexpr (kSignalWarp) {
-      typename SignalQueue::Params params;
-      params.role = !is_producer                         ? SignalQueue::ThreadCategory::Producer
-                    : threadIdx.x / 32 == kSignalWarpIdx ? SignalQueue::ThreadCategory::Consumer
-                                                         : SignalQueue::ThreadCategory::NonParticipant;
-      params.producer_arv_count = kMmaThreads;
-      params.consumer_arv_count = 32;
-      return SignalQueue(storage.signals.queue, params);
-    } else {
-      return {};
-    }
-  }
-
-  // The signal warp (kSignalWarp): each counter the consumers push, incremented by a release once
-  // the queue's wait has acquired their stores and fences (mbarrier arrive and wait order them at
-  // CTA scope; the release is cumulative, as signal()'s after a named barrier), until a null one.
-  __device__ __forceinline__ static void relay_signals(SignalQueueOrNone& queue, SharedStorage& storage) {
-    if constexpr (kSignalWarp) {
-      typename SignalQueue::PipelineState slot{};
-      for (;;) {
-        queue.consumer_wait(slot);
-        int* counter = storage.signals.counter[slot.index()];
-        if (counter != nullptr && threadIdx.x % 32 == 0) add_release(counter, 1);
-        queue.consumer_release(slot);
-        ++slot;
-        if (counter == nullptr) return;
-      }
-    }
-  }
-
   // The tile's K range, in kBlockK tiles (the op makes every split a multiple of kBlockK).
   struct KRange {
     int k0, k_tiles;
@@ -381,7 +303,7 @@ struct GemmPairKernelSm90 {
 
   // Every consumer thread: the queue's tiles in order, until its stop entry.
   __device__ __forceinline__ static void consume(const Params& params, typename Mainloop::Pipeline& pipeline,
-                                                 WorkQueue& queue, SharedStorage& storage, SignalSender& sender) {
+                                                 WorkQueue& queue, SharedStorage& storage) {
     typename Mainloop::PipelineState read{};
     typename WorkQueue::PipelineState slot{};
     for (;;) {
@@ -397,12 +319,9 @@ struct GemmPairKernelSm90 {
         if (reads_running_sum(params.p, w)) release_now = false;
       }
       if (release_now) queue.consumer_release(slot);
-      if (entry.x < 0) {
-        sender.push(storage, nullptr);  // the signal warp's stop (kSignalWarp)
-        return;
-      }
+      if (entry.x < 0) return;
       const int k_tiles = k_range(params.p, w).k_tiles;
-      compute_tile(params, w, ticket, k_tiles, pipeline, read, storage, sender);
+      compute_tile(params, w, ticket, k_tiles, pipeline, read, storage);
       read.advance(k_tiles);
       if (!release_now) {
         // This thread is done with the staging tile, which the next tile's TMA loads overwrite.
@@ -413,25 +332,17 @@ struct GemmPairKernelSm90 {
     }
   }
 
-  // After a consumer thread's last store of GEMM0 tile w's h columns: their readiness counted, by
-  // the consumers' leader or (kSignalWarp) by the signal warp.
-  __device__ __forceinline__ static void signal_h(const GemmPairParams& p, const WorkTile& w, SignalSender& sender,
-                                                  SharedStorage& storage) {
+  // After a consumer thread's last store of GEMM0 tile w's h columns: their readiness counted.
+  __device__ __forceinline__ static void signal_h(const GemmPairParams& p, const WorkTile& w) {
     fence_proxy_async_global();  // h is read by other CTAs' TMA loads
     const int h_per_tile = Epilogue::h_cols_per_tile(p);
-    int* counter = p.ready + ready_index(p, w.m_block, w.n_tile * h_per_tile / p.split_k1);
-    if constexpr (kSignalWarp) {
-      sender.push(storage, counter);
-    } else {
-      signal(counter, MmaBarrier{});
-    }
+    signal(p.ready + ready_index(p, w.m_block, w.n_tile * h_per_tile / p.split_k1), MmaBarrier{});
   }
 
   // One tile's wgmma loop from ring position `read`, its epilogue and its signal.
   __device__ __forceinline__ static void compute_tile(const Params& params, const WorkTile& w, int ticket, int k_tiles,
                                                       typename Mainloop::Pipeline& pipeline,
-                                                      typename Mainloop::PipelineState read, SharedStorage& storage,
-                                                      SignalSender& sender) {
+                                                      typename Mainloop::PipelineState read, SharedStorage& storage) {
     const GemmPairParams& p = params.p;
     auto acc = Mainloop::make_accumulators();
     Mainloop::mma(params.gemm[w.gemm], pipeline, read, acc, k_tiles, Epilogue::thread(), storage.ring);
@@ -442,7 +353,7 @@ struct GemmPairKernelSm90 {
       const int row0 = w.m_block * kBlockM, rows = min(kBlockM, p.m - row0);
       if (w.gemm == 0) {
         Epilogue::template store_h_registers<typename Mainloop::TiledMma>(acc, p, row0, rows, w.n_tile);
-        signal_h(p, w, sender, storage);
+        signal_h(p, w);
       } else {
         if (kFoldSplits && p.splits1 > 1) {
           if (!Epilogue::template fold_split<typename Mainloop::TiledMma, kFoldPair>(
@@ -474,7 +385,7 @@ struct GemmPairKernelSm90 {
         }
       }
       Epilogue::store_h(sC, p, row0, rows, w.n_tile);
-      signal_h(p, w, sender, storage);
+      signal_h(p, w);
       if (tracer) GEMM_PAIR_TRACE_AT(ticket, 3);
       return;
     }
