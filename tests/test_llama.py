@@ -242,6 +242,13 @@ def test_parity_with_transformers(dtype, tied):
     for b, n in enumerate(lengths):
         assert_close_to_reference(logits[cu[b]:cu[b + 1]], ref[b][:n], low[b][:n].float(), k=2,
                                   what=f"prefill logits of prompt {b}")
+    # Each prompt's last row alone (generate's call), whose last layer runs o and the MLP on those
+    # rows only; the cache gets the same K and V again.
+    last = ours.prefill(tokens, cu, max(lengths), positions, slots, cache, logits_rows=cu[1:] - 1)
+    assert last.shape == (len(lengths), cfg.vocab_size)
+    for b, n in enumerate(lengths):
+        assert_close_to_reference(last[b], ref[b][n - 1], low[b][n - 1].float(), k=2,
+                                  what=f"prefill logits of prompt {b}'s last row alone")
     # Decode: 32 teacher-forced steps.
     seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
     table = cache.block_table_rows(list(range(len(lengths)))).cuda()

@@ -163,16 +163,22 @@ class Llama(torch.nn.Module):
             return fused_mlp(h, layer.w_gate_up, layer.w_down)
         return F.linear(swiglu(F.linear(h, layer.w_gate_up)), layer.w_down)
 
-    def _layers(self, x: torch.Tensor, attention) -> torch.Tensor:
+    def _layers(self, x: torch.Tensor, attention, keep_rows: torch.Tensor | None = None) -> torch.Tensor:
         """The decoder stack over hidden states x [tokens, hidden]; attention(i, q, k, v) -> [tokens,
-        heads, head_dim]. Returns the final norm's output."""
+        heads, head_dim]. Returns the final norm's output, of the rows `keep_rows` only when given:
+        the last layer then runs its o projection and MLP on those rows alone (every row's K and V
+        are still made and cached; past the last attention a row feeds only its own logits)."""
         residual, mlp_out, eps, tp = x, None, self.config.rms_norm_eps, self.tp
+        last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             # The residual stream is updated in place by each fused add.
             h = rms_norm(residual, layer.attn_norm, eps) if mlp_out is None else \
                 fused_add_rms_norm(mlp_out, residual, layer.attn_norm, eps)
             q, k, v = self._split_qkv(F.linear(h, layer.wqkv), h.shape[:-1])
-            attn = tp.all_reduce(F.linear(attention(i, q, k, v).flatten(-2), layer.wo))
+            out = attention(i, q, k, v).flatten(-2)
+            if keep_rows is not None and i == last:
+                out, residual = out[keep_rows], residual[keep_rows]
+            attn = tp.all_reduce(F.linear(out, layer.wo))
             h = fused_add_rms_norm(attn, residual, layer.mlp_norm, eps)
             mlp_out = tp.all_reduce(self._mlp(h, layer))
         return fused_add_rms_norm(mlp_out, residual, self.norm, eps)
@@ -234,7 +240,9 @@ class Llama(torch.nn.Module):
                 slots: torch.Tensor, cache: PagedKVCache, logits_rows: torch.Tensor | None = None) -> torch.Tensor:
         """Prompts packed along one dim, each starting at position 0: their K and V go into the cache
         at `slots`, and the logits of `logits_rows` (default: every row) are returned, float32
-        (the whole vocabulary, on every rank).
+        (the whole vocabulary, on every rank). Rows left out of `logits_rows` skip the last layer's
+        o projection and MLP (a 4096-token prefill of LLaMA-3-8B asking for 8 rows: 3% of its
+        matmul work).
 
         tokens: int64 [total]; cu_seqlens: int32 [batch + 1]; max_seqlen: the longest prompt;
         positions: int32/int64 [total] (0 .. len - 1 per prompt); slots: int64 [total] cache rows
@@ -251,9 +259,7 @@ class Llama(torch.nn.Module):
                 v_pages.index_copy_(0, slots, v)
             return flash_fwd_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True)[0]
 
-        h = self._layers(F.embedding(tokens, self.embed), attention)
-        if logits_rows is not None:
-            h = h[logits_rows]
+        h = self._layers(F.embedding(tokens, self.embed), attention, keep_rows=logits_rows)
         return self.tp.gather_vocab(F.linear(h, self.output_weight), self.config.vocab_size).float()
 
     @torch.inference_mode()
