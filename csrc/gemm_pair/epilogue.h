@@ -26,6 +26,15 @@
 #include "gemm_pair/tile_order.h"
 #include "gemm_pair/tile_sync.h"
 
+// 1: SwiGLU's h stored from the registers (Epilogue::store_h_registers) as 16-byte vectors, each
+// quad's columns regrouped by shuffles first (store_h_swiglu_16b); 0 (the default): 4-byte stores
+// of each thread's column pairs, a warp's store covering 16 bytes of each of 8 rows. A knob for A/B
+// runs (NVCC_APPEND_FLAGS=-DCUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B=1, its objects removed first):
+// measured in gemm_pair_timeline only (docs/perf-notes.md, session 65), not yet in the harness.
+#ifndef CUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B
+#define CUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B 0
+#endif
+
 namespace cute_ops::gemm_pair {
 
 using namespace cute;
@@ -147,6 +156,12 @@ struct Epilogue {
     // SwiGLU: no column bound, since the caller's tile is full width (epilogue_in_registers):
     // h_per_tile columns, each with its up column.
     if (act == Activation::kSwiGLU) {
+#if CUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B
+      if (ld % 8 == 0) {  // h's rows 16-byte aligned (h from at::empty; a tile's columns start at 64c)
+        store_h_swiglu_16b<TiledMma>(acc, h - c0, ld, rows_left);
+        return;
+      }
+#endif
       for_each_pair<TiledMma, kBlockN / 16>(acc, [&](int dr, int dc, float g0, float g1, float u0, float u1) {
         if (dr < rows_left) store2(h + dr * ld + dc, silu(g0) * u0, silu(g1) * u1);
       });
@@ -356,6 +371,50 @@ struct Epilogue {
  private:
   __device__ __forceinline__ static void store2(Element* dst, float lo, float hi) {
     *reinterpret_cast<uint32_t*>(dst) = pack2<Element>(lo, hi);
+  }
+
+  // store_h_registers' SwiGLU in 16-byte stores (CUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B). In the
+  // wgmma accumulator layout a quad (lanes 4i .. 4i + 3) holds one row's 64 h columns as 8 groups
+  // of 8, lane q columns 2q, 2q + 1 of each group, one packed 32-bit pair. Four rounds of shuffles
+  // within the quad hand lane q groups 2q and 2q + 1, i.e. columns [16q, 16q + 16) of the row: in
+  // round k lane q reads lane (q + k) % 4, which sends the pair that reader needs. The pairs are
+  // the same as the 4-byte path's, so h's bits are too. h_row: this thread's row at the tile's
+  // first column; rows_left: rows of the tile from this thread's first row on (the same in the
+  // quad, so every lane takes part in the shuffles and only the stores are predicated).
+  template <typename TiledMma, typename Acc>
+  __device__ __forceinline__ static void store_h_swiglu_16b(const Acc& acc, Element* h_row, int64_t ld,
+                                                            int rows_left) {
+    static_assert(kBlockN / 16 == 8, "a tile's 64 h columns: 8 groups of 8");
+    const int lane = static_cast<int>(threadIdx.x) % 32, q = lane % 4, quad0 = lane - q;
+    Element* const hq = h_row + 16 * q;
+    uint32_t pairs[8];  // this lane's pair of each column group of the current row
+    for_each_pair<TiledMma, kBlockN / 16>(acc, [&](int dr, int dc, float g0, float g1, float u0, float u1) {
+      const int group = dc / 8;  // a constant once unrolled: groups come 0..7 for each row
+      pairs[group] = pack2<Element>(silu(g0) * u0, silu(g1) * u1);
+      if (group != 7) return;
+      uint32_t got[2][4];  // got[jj][k]: lane (q + k) % 4's pair of group 2q + jj
+      CUTE_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const int reader = (q - k) & 3;  // the lane that reads this one in round k
+        CUTE_UNROLL
+        for (int jj = 0; jj < 2; ++jj) {
+          const uint32_t send = reader == 0   ? pairs[jj]
+                                : reader == 1 ? pairs[2 + jj]
+                                : reader == 2 ? pairs[4 + jj]
+                                              : pairs[6 + jj];
+          got[jj][k] = __shfl_sync(0xffffffffu, send, quad0 | ((q + k) & 3));
+        }
+      }
+      if (dr >= rows_left) return;
+      CUTE_UNROLL
+      for (int jj = 0; jj < 2; ++jj) {
+        auto from = [&](int lane_s) {  // lane_s's pair of group 2q + jj: round (lane_s - q) % 4's
+          const int k = (lane_s - q) & 3;
+          return k == 0 ? got[jj][0] : k == 1 ? got[jj][1] : k == 2 ? got[jj][2] : got[jj][3];
+        };
+        *reinterpret_cast<uint4*>(hq + dr * ld + 8 * jj) = make_uint4(from(0), from(1), from(2), from(3));
+      }
+    });
   }
 
   // The tile coordinates (row, column) of this thread's first accumulator.
