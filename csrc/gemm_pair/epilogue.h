@@ -34,6 +34,12 @@
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B
 #define CUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B 0
 #endif
+// 1: the same regrouping for GEMM1's output tiles stored from the registers
+// (Epilogue::store_out_registers, full-width tiles); 0 (the default): 4-byte stores. A knob for
+// A/B runs like the one above; not yet measured.
+#ifndef CUTE_OPS_GEMM_PAIR_SM90_OUT_STORE_16B
+#define CUTE_OPS_GEMM_PAIR_SM90_OUT_STORE_16B 0
+#endif
 
 namespace cute_ops::gemm_pair {
 
@@ -184,6 +190,18 @@ struct Epilogue {
     const int64_t ld = p.n1;
     Element* out = static_cast<Element*>(p.out) + (row0 + r0) * ld + col0 + c0;
     const int rows_left = rows - r0, cols_left = min(kBlockN, p.n1 - col0) - c0;
+#if CUTE_OPS_GEMM_PAIR_SM90_OUT_STORE_16B
+    if (ld % 8 == 0 && col0 + kBlockN <= p.n1) {  // a full-width tile, its rows 16-byte aligned
+      Element* const out_row = out - c0;            // this thread's row at the tile's first column
+      uint32_t pairs[kBlockN / 8];
+      for_each_pair<TiledMma, 0>(acc, [&](int dr, int dc, float x0, float x1, float, float) {
+        const int group = dc / 8;  // a constant once unrolled: 0 .. kBlockN / 8 - 1 for each row
+        pairs[group] = pack2<Element>(x0, x1);
+        if (group == kBlockN / 8 - 1) store_row_16b(pairs, out_row + dr * ld, dr < rows_left);
+      });
+      return;
+    }
+#endif
     for_each_pair<TiledMma, 0>(acc, [&](int dr, int dc, float x0, float x1, float, float) {
       if (dr < rows_left && dc < cols_left) store2(out + dr * ld + dc, x0, x1);
     });
@@ -373,47 +391,55 @@ struct Epilogue {
     *reinterpret_cast<uint32_t*>(dst) = pack2<Element>(lo, hi);
   }
 
-  // store_h_registers' SwiGLU in 16-byte stores (CUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B). In the
-  // wgmma accumulator layout a quad (lanes 4i .. 4i + 3) holds one row's 64 h columns as 8 groups
-  // of 8, lane q columns 2q, 2q + 1 of each group, one packed 32-bit pair. Four rounds of shuffles
-  // within the quad hand lane q groups 2q and 2q + 1, i.e. columns [16q, 16q + 16) of the row: in
-  // round k lane q reads lane (q + k) % 4, which sends the pair that reader needs. The pairs are
-  // the same as the 4-byte path's, so h's bits are too. h_row: this thread's row at the tile's
-  // first column; rows_left: rows of the tile from this thread's first row on (the same in the
-  // quad, so every lane takes part in the shuffles and only the stores are predicated).
+  // One row of a tile from the registers in 16-byte stores (CUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B,
+  // _OUT_STORE_16B). In the wgmma accumulator layout a quad (lanes 4i .. 4i + 3) holds one row,
+  // lane q columns 2q, 2q + 1 of each 8-column group as one packed 32-bit pair (`pairs`, one a
+  // group). Four rounds of shuffles within the quad hand lane q groups [kPer q, kPer (q + 1)),
+  // i.e. columns [8 kPer q, 8 kPer (q + 1)) of the row: in round k lane q reads lane (q + k) % 4,
+  // which sends the pairs that reader needs. The pairs are the 4-byte path's, so the bits are
+  // too. row: the row at the tile's first column. Every lane of the quad takes part in the
+  // shuffles; only the stores depend on `valid` (the same in the quad: one row).
+  template <int kGroups>
+  __device__ __forceinline__ static void store_row_16b(const uint32_t (&pairs)[kGroups], Element* row, bool valid) {
+    static_assert(kGroups % 4 == 0);
+    constexpr int kPer = kGroups / 4;  // groups a lane stores
+    const int lane = static_cast<int>(threadIdx.x) % 32, q = lane % 4, quad0 = lane - q;
+    uint32_t got[kPer][4];  // got[j][k]: lane (q + k) % 4's pair of group kPer q + j
+    CUTE_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      const int reader = (q - k) & 3;  // the lane that reads this one in round k
+      CUTE_UNROLL
+      for (int j = 0; j < kPer; ++j) {
+        const uint32_t send = reader == 0   ? pairs[j]
+                              : reader == 1 ? pairs[kPer + j]
+                              : reader == 2 ? pairs[2 * kPer + j]
+                                            : pairs[3 * kPer + j];
+        got[j][k] = __shfl_sync(0xffffffffu, send, quad0 | ((q + k) & 3));
+      }
+    }
+    if (!valid) return;
+    CUTE_UNROLL
+    for (int j = 0; j < kPer; ++j) {
+      auto from = [&](int lane_s) {  // lane_s's pair of group kPer q + j: round (lane_s - q) % 4's
+        const int k = (lane_s - q) & 3;
+        return k == 0 ? got[j][0] : k == 1 ? got[j][1] : k == 2 ? got[j][2] : got[j][3];
+      };
+      *reinterpret_cast<uint4*>(row + 8 * (kPer * q + j)) = make_uint4(from(0), from(1), from(2), from(3));
+    }
+  }
+
+  // store_h_registers' SwiGLU in 16-byte stores: a tile's 64 h columns are 8 groups a row.
+  // h_row: this thread's row at the tile's first column; rows_left: rows of the tile from this
+  // thread's first row on.
   template <typename TiledMma, typename Acc>
   __device__ __forceinline__ static void store_h_swiglu_16b(const Acc& acc, Element* h_row, int64_t ld,
                                                             int rows_left) {
     static_assert(kBlockN / 16 == 8, "a tile's 64 h columns: 8 groups of 8");
-    const int lane = static_cast<int>(threadIdx.x) % 32, q = lane % 4, quad0 = lane - q;
-    Element* const hq = h_row + 16 * q;
     uint32_t pairs[8];  // this lane's pair of each column group of the current row
     for_each_pair<TiledMma, kBlockN / 16>(acc, [&](int dr, int dc, float g0, float g1, float u0, float u1) {
       const int group = dc / 8;  // a constant once unrolled: groups come 0..7 for each row
       pairs[group] = pack2<Element>(silu(g0) * u0, silu(g1) * u1);
-      if (group != 7) return;
-      uint32_t got[2][4];  // got[jj][k]: lane (q + k) % 4's pair of group 2q + jj
-      CUTE_UNROLL
-      for (int k = 0; k < 4; ++k) {
-        const int reader = (q - k) & 3;  // the lane that reads this one in round k
-        CUTE_UNROLL
-        for (int jj = 0; jj < 2; ++jj) {
-          const uint32_t send = reader == 0   ? pairs[jj]
-                                : reader == 1 ? pairs[2 + jj]
-                                : reader == 2 ? pairs[4 + jj]
-                                              : pairs[6 + jj];
-          got[jj][k] = __shfl_sync(0xffffffffu, send, quad0 | ((q + k) & 3));
-        }
-      }
-      if (dr >= rows_left) return;
-      CUTE_UNROLL
-      for (int jj = 0; jj < 2; ++jj) {
-        auto from = [&](int lane_s) {  // lane_s's pair of group 2q + jj: round (lane_s - q) % 4's
-          const int k = (lane_s - q) & 3;
-          return k == 0 ? got[jj][0] : k == 1 ? got[jj][1] : k == 2 ? got[jj][2] : got[jj][3];
-        };
-        *reinterpret_cast<uint4*>(hq + dr * ld + 8 * jj) = make_uint4(from(0), from(1), from(2), from(3));
-      }
+      if (group == 7) store_row_16b(pairs, h_row + dr * ld, dr < rows_left);
     });
   }
 
