@@ -27,7 +27,7 @@
 #include "gemm_pair/tile_sync.h"
 
 // 1: SwiGLU's h stored from the registers (Epilogue::store_h_registers) as 16-byte vectors, each
-// quad's columns regrouped by shuffles first (store_h_swiglu_16b); 0 (the default): 4-byte stores
+// quad's columns regrouped by shuffles first (store_row_16b); 0 (the default): 4-byte stores
 // of each thread's column pairs, a warp's store covering 16 bytes of each of 8 rows. A knob for A/B
 // runs (NVCC_APPEND_FLAGS=-DCUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B=1, its objects removed first):
 // measured in gemm_pair_timeline only (docs/perf-notes.md, session 65), not yet in the harness.
@@ -164,7 +164,14 @@ struct Epilogue {
     if (act == Activation::kSwiGLU) {
 #if CUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B
       if (ld % 8 == 0) {  // h's rows 16-byte aligned (h from at::empty; a tile's columns start at 64c)
-        store_h_swiglu_16b<TiledMma>(acc, h - c0, ld, rows_left);
+        static_assert(kBlockN / 16 == 8, "a tile's 64 h columns: 8 groups of 8");
+        Element* const h_row = h - c0;  // this thread's row at the tile's first column
+        uint32_t pairs[8];              // this lane's pair of each column group of the current row
+        for_each_pair<TiledMma, kBlockN / 16>(acc, [&](int dr, int dc, float g0, float g1, float u0, float u1) {
+          const int group = dc / 8;  // a constant once unrolled: groups come 0..7 for each row
+          pairs[group] = pack2<Element>(silu(g0) * u0, silu(g1) * u1);
+          if (group == 7) store_row_16b(pairs, h_row + dr * ld, dr < rows_left);
+        });
         return;
       }
 #endif
@@ -426,21 +433,6 @@ struct Epilogue {
       };
       *reinterpret_cast<uint4*>(row + 8 * (kPer * q + j)) = make_uint4(from(0), from(1), from(2), from(3));
     }
-  }
-
-  // store_h_registers' SwiGLU in 16-byte stores: a tile's 64 h columns are 8 groups a row.
-  // h_row: this thread's row at the tile's first column; rows_left: rows of the tile from this
-  // thread's first row on.
-  template <typename TiledMma, typename Acc>
-  __device__ __forceinline__ static void store_h_swiglu_16b(const Acc& acc, Element* h_row, int64_t ld,
-                                                            int rows_left) {
-    static_assert(kBlockN / 16 == 8, "a tile's 64 h columns: 8 groups of 8");
-    uint32_t pairs[8];  // this lane's pair of each column group of the current row
-    for_each_pair<TiledMma, kBlockN / 16>(acc, [&](int dr, int dc, float g0, float g1, float u0, float u1) {
-      const int group = dc / 8;  // a constant once unrolled: groups come 0..7 for each row
-      pairs[group] = pack2<Element>(silu(g0) * u0, silu(g1) * u1);
-      if (group == 7) store_row_16b(pairs, h_row + dr * ld, dr < rows_left);
-    });
   }
 
   // The tile coordinates (row, column) of this thread's first accumulator.
