@@ -26,19 +26,19 @@
 #include "gemm_pair/tile_order.h"
 #include "gemm_pair/tile_sync.h"
 
-// 1: SwiGLU's h stored from the registers (Epilogue::store_h_registers) as 16-byte vectors, each
-// quad's columns regrouped by shuffles first (store_row_16b); 0 (the default): 4-byte stores
-// of each thread's column pairs, a warp's store covering 16 bytes of each of 8 rows. A knob for A/B
-// runs (NVCC_APPEND_FLAGS=-DCUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B=1, its objects removed first):
-// measured in gemm_pair_timeline only (docs/perf-notes.md, session 65), not yet in the harness.
+// 1 (the default): SwiGLU's h stored from the registers (Epilogue::store_h_registers) as 16-byte
+// vectors, each quad's columns regrouped by shuffles first (store_row_16b); 0: 4-byte stores of
+// each thread's column pairs, a warp's store covering 16 bytes of each of 8 rows. Measured against
+// 0 in builds_ab on an H200 (docs/perf-notes.md, session 66): with the knob below, the fused
+// launch 0.7-1.3% faster at M >= 512, level at M <= 64. Kept as a knob for A/B runs
+// (NVCC_APPEND_FLAGS=-DCUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B=0, its objects removed first).
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B
-#define CUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B 0
+#define CUTE_OPS_GEMM_PAIR_SM90_H_STORE_16B 1
 #endif
-// 1: the same regrouping for GEMM1's output tiles stored from the registers
-// (Epilogue::store_out_registers, full-width tiles); 0 (the default): 4-byte stores. A knob for
-// A/B runs like the one above; not yet measured.
+// 1 (the default): the same regrouping for GEMM1's output tiles stored from the registers
+// (Epilogue::store_out_registers, full-width tiles); 0: 4-byte stores. Measured with the one above.
 #ifndef CUTE_OPS_GEMM_PAIR_SM90_OUT_STORE_16B
-#define CUTE_OPS_GEMM_PAIR_SM90_OUT_STORE_16B 0
+#define CUTE_OPS_GEMM_PAIR_SM90_OUT_STORE_16B 1
 #endif
 
 namespace cute_ops::gemm_pair {
