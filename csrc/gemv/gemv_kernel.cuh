@@ -122,6 +122,27 @@ namespace cute_ops::gemv {
 #define CUTE_OPS_GEMV_L2_AHEAD 0
 #endif
 
+// 1 (experimental, off): the norm's work in the ring kernels' steps (gemv_body, stream-K) on the
+// tensor cores and in packed pairs: x's sums of squares as the diagonal of x x^T, two more mma a
+// chunk (add_squares_mma), and x * w by packed multiplies (times_weight_packed), about 6
+// instructions a chunk where 0 (the default) spends about 50 on conversions and float math. The
+// norm costs 2-4 us a call of qkv, gate/up and lm_head (docs/perf-notes.md, sessions 23 and 66);
+// whether that is this arithmetic is what the knob asks. The sums then come in the tensor core's
+// order: other last bits of inv_rms than 0's, the same for every unit and every row alone.
+#ifndef CUTE_OPS_GEMV_NORM_MMA
+#define CUTE_OPS_GEMV_NORM_MMA 0
+#endif
+
+// 1 (experimental, off): the ring kernels' copies follow a cursor (unit, step, stage, the unit's
+// two row pointers) advanced by one item a call, where 0 (the default) derives each item's unit and
+// stage from its index: a 64-bit division and a modulo by 3 a step, then 64-bit row * k products
+// for each of the 8 copies, about 110 of the 259 instructions of a plain kernel's step (sm_90a).
+// The same copies in the same order: the same bits. Whether the instructions cost time (a norm
+// kernel's step is 467) is the question, with CUTE_OPS_GEMV_NORM_MMA.
+#ifndef CUTE_OPS_GEMV_COPY_CURSOR
+#define CUTE_OPS_GEMV_COPY_CURSOR 0
+#endif
+
 constexpr int kWarps = CUTE_OPS_GEMV_WARPS;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMinCtasPerSm = 16 / kWarps;  // 16 warps an SM: the register cap of __launch_bounds__
@@ -224,6 +245,29 @@ __device__ __forceinline__ void copy_weight_step(uint4* ring, int stage, const T
   }
 }
 
+#if CUTE_OPS_GEMV_COPY_CURSOR
+// copy_weight_step from the unit's two row pointers (w + lo * k, w + hi * k), kept by a cursor.
+template <typename T>
+__device__ __forceinline__ void copy_weight_rows(uint4* ring, int stage, const T* row_lo, const T* row_hi, int k,
+                                                 int step, int c) {
+#if CUTE_OPS_GEMV_EVICT_FIRST
+  const uint64_t policy = sm80::l2_evict_first_policy();
+#endif
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    const int col = chunk_col(step, i, c);
+    const bool in = col < k;
+#if CUTE_OPS_GEMV_EVICT_FIRST
+    sm80::cp_async_16_hinted<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, i), row_lo + (in ? col : 0), in, policy);
+    sm80::cp_async_16_hinted<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, kChunks + i), row_hi + (in ? col : 0), in, policy);
+#else
+    sm80::cp_async_16<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, i), row_lo + (in ? col : 0), in);
+    sm80::cp_async_16<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, kChunks + i), row_hi + (in ? col : 0), in);
+#endif
+  }
+}
+#endif
+
 #if CUTE_OPS_GEMV_L2_AHEAD > 0
 // An L2 prefetch of one step's W (16 rows x 256 bytes: two 128-byte lines a row, one line a lane:
 // c & 2 picks the row, c & 1 the line). Nothing comes back to the SM, so it holds no shared memory
@@ -302,6 +346,40 @@ __device__ __forceinline__ float sum_of_squares(uint4 x) {
   return s;
 }
 
+#if CUTE_OPS_GEMV_NORM_MMA
+template <typename T> struct Packed2;  // T's pair type, for the packed multiply
+template <> struct Packed2<__half> { using type = __half2; };
+template <> struct Packed2<__nv_bfloat16> { using type = __nv_bfloat162; };
+
+// times_weight by four packed multiplies: each product rounded to T once, as there (the same bits,
+// but for products under float's normal range, which --use_fast_math's float multiply flushes).
+template <typename T>
+__device__ __forceinline__ uint4 times_weight_packed(uint4 x, uint4 norm_w) {
+  using P = typename Packed2<T>::type;
+  uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ws[4] = {norm_w.x, norm_w.y, norm_w.z, norm_w.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const P r = __hmul2(*reinterpret_cast<const P*>(&xs[e]), *reinterpret_cast<const P*>(&ws[e]));
+    xs[e] = *reinterpret_cast<const uint32_t*>(&r);
+  }
+  return make_uint4(xs[0], xs[1], xs[2], xs[3]);
+}
+
+// One chunk of x x^T into an mma accumulator fragment `d`: x's chunk is both operands, as the B
+// operand it is in the step's mma and as A with rows g and g + 8 both token(g)'s row, so D[g][n]
+// gathers x_g . x_n over the chunk's 16 k slots and the diagonal D[g][g] is row g's sum of
+// squares, already summed across the quad. Lane (g, c) holds D[g][2c], D[g][2c + 1] (d[0], d[1])
+// and row g + 8's copies: D[g][g] is in lane (g, g / 2), d[g % 2] (diagonal_lane, diagonal).
+template <typename T>
+__device__ __forceinline__ void add_squares_mma(float (&d)[4], uint4 x) {
+  using Mma = typename MmaAtom<T>::type;
+  Mma::fma(d[0], d[1], d[2], d[3], x.x, x.x, x.y, x.y, x.x, x.y, d[0], d[1], d[2], d[3]);
+  Mma::fma(d[0], d[1], d[2], d[3], x.z, x.z, x.w, x.w, x.z, x.w, d[0], d[1], d[2], d[3]);
+}
+__device__ __forceinline__ bool diagonal_lane(int g, int c) { return c == g / 2; }
+__device__ __forceinline__ float diagonal(const float (&d)[4], int g) { return g % 2 ? d[1] : d[0]; }
+#endif
+
 __device__ __forceinline__ float silu_times(float gate, float up) { return silu(gate) * up; }
 
 // The kernel's body; `e` is read only by a push or a pull (gemv_exchange_kernel).
@@ -327,6 +405,32 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
   const int64_t n_items = steps_per_unit * cta_units;
   // Starts item t's copies into stage t % kStages, and closes a copy group: one group an item,
   // empty past the last item, so that waiting for all but kStages - 1 groups is item t's wait.
+#if CUTE_OPS_GEMV_COPY_CURSOR
+  // The cursor: the next item's unit, step and stage and the unit's row pointers; every call
+  // copies the item after the previous call's (t is that item's index, for the bound only).
+  int64_t copy_unit = blockIdx.x;
+  int copy_step = warp, copy_stage = 0;
+  const T *copy_lo = w, *copy_hi = w;
+  auto set_copy_rows = [&] {
+    const UnitRows rows = unit_rows<kSwiGLU>(p, copy_unit, g);
+    copy_lo = w + rows.lo * p.k;
+    copy_hi = w + rows.hi * p.k;
+  };
+  if (n_items > 0) set_copy_rows();
+  auto copy_item = [&](int64_t t) {
+    if (t < n_items) {
+      copy_weight_rows(ring, copy_stage, copy_lo, copy_hi, p.k, copy_step, c);
+      copy_step += kWarps;
+      if (copy_step >= n_steps) {  // the unit's last step for this warp: on to the CTA's next unit
+        copy_step = warp;
+        copy_unit += gridDim.x;
+        if (t + 1 < n_items) set_copy_rows();
+      }
+    }
+    copy_stage = copy_stage + 1 == kStages ? 0 : copy_stage + 1;
+    cute::cp_async_fence();
+  };
+#else
   auto copy_item = [&](int64_t t) {
     if (t < n_items) {
       const int64_t unit = blockIdx.x + (t / steps_per_unit) * gridDim.x;
@@ -335,6 +439,7 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
     }
     cute::cp_async_fence();
   };
+#endif
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) copy_item(t);
 
@@ -356,6 +461,9 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
 
   int64_t item = 0;
   int buffer = 0;
+#if CUTE_OPS_GEMV_COPY_CURSOR
+  int read_stage = 0;  // item % kStages
+#endif
 #if CUTE_OPS_GEMV_ASYNC_REDUCE
   [[maybe_unused]] int64_t local = 0;  // this CTA's units before the current one
 #endif
@@ -370,7 +478,11 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
       }
     }();
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#if CUTE_OPS_GEMV_NORM_MMA
+    float sq_frag[4] = {0.f, 0.f, 0.f, 0.f};  // kNorm: the warp's x x^T (add_squares_mma)
+#else
     float sum_sq = 0.f;  // kNorm: of this lane's columns of x's row `token`
+#endif
     for (int s = 0; s < steps_per_unit; ++s, ++item) {
       const int step = warp + s * kWarps;
       copy_item(item + kStages - 1);  // into the stage this lane emptied last item
@@ -400,13 +512,23 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
       }
       cute::cp_async_wait<kStages - 1>();  // this lane's copies of `item` have landed
       asm volatile("" ::: "memory");       // (cp_async_wait has no memory clobber: keep the reads after it)
+#if CUTE_OPS_GEMV_COPY_CURSOR
+      const int stage = read_stage;
+      read_stage = read_stage + 1 == kStages ? 0 : read_stage + 1;
+#else
       const int stage = static_cast<int>(item % kStages);
+#endif
 #pragma unroll
       for (int i = 0; i < kChunks; ++i) {
         uint4 b = x[i];
         if constexpr (kNorm) {
+#if CUTE_OPS_GEMV_NORM_MMA
+          add_squares_mma<T>(sq_frag, b);
+          b = times_weight_packed<T>(b, norm_w[i]);  // zeros stay zeros
+#else
           sum_sq += sum_of_squares<T>(b);
           b = times_weight<T>(b, norm_w[i]);  // zeros stay zeros
+#endif
         }
         const uint4 lo = *ring_slot(ring, stage, i), hi = *ring_slot(ring, stage, kChunks + i);
         Mma::fma(acc[0], acc[1], acc[2], acc[3], lo.x, hi.x, lo.y, hi.y, b.x, b.y, acc[0], acc[1], acc[2], acc[3]);
@@ -428,9 +550,13 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
       __syncwarp();  // the reducer of unit local - 2 (no wait above): its lanes' reads of the buffer first
       s_partial[buffer][warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
       if constexpr (kNorm) {
+#if CUTE_OPS_GEMV_NORM_MMA
+        if (diagonal_lane(g, c)) s_sum_sq[buffer][warp][g] = diagonal(sq_frag, g);
+#else
         sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 1);
         sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 2);
         if (c == 0) s_sum_sq[buffer][warp][g] = sum_sq;
+#endif
       }
       if (warp != reducer) {
         named_arrive(kFullBarrier + buffer);
@@ -481,9 +607,13 @@ __device__ __forceinline__ void gemv_body(const GemvParams& p, const GemvExchang
 #endif
     s_partial[buffer][warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     if constexpr (kNorm) {
+#if CUTE_OPS_GEMV_NORM_MMA
+      if (diagonal_lane(g, c)) s_sum_sq[buffer][warp][g] = diagonal(sq_frag, g);
+#else
       sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 1);  // the 4 lanes of row g of x
       sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 2);
       if (c == 0) s_sum_sq[buffer][warp][g] = sum_sq;
+#endif
     }
     __syncthreads();
     if (warp == 0) {

@@ -88,6 +88,24 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
   // group a call, empty past the last step.
   int64_t copy_unit = first_unit;
   int copy_step = piece_s0(first_unit) + warp, copy_s1 = piece_s1(first_unit), copy_stage = 0;
+#if CUTE_OPS_GEMV_COPY_CURSOR
+  // The unit's row pointers, set where the cursor enters a unit (gemv_kernel.cuh's knob).
+  const T *copy_lo = w, *copy_hi = w;
+  auto set_copy_rows = [&] {
+    const UnitRows rows = unit_rows<kSwiGLU>(p, copy_unit, g);
+    copy_lo = w + rows.lo * p.k;
+    copy_hi = w + rows.hi * p.k;
+  };
+  set_copy_rows();  // (first_unit <= last_unit: gemv.cu gives every CTA steps)
+  auto copy_next = [&] {
+    while (copy_unit <= last_unit && copy_step >= copy_s1) {
+      if (++copy_unit <= last_unit) copy_step = piece_s0(copy_unit) + warp, copy_s1 = piece_s1(copy_unit), set_copy_rows();
+    }
+    if (copy_unit <= last_unit) {
+      copy_weight_rows(ring, copy_stage, copy_lo, copy_hi, p.k, copy_step, c);
+      copy_step += kWarps;
+    }
+#else
   auto copy_next = [&] {
     while (copy_unit <= last_unit && copy_step >= copy_s1) {
       if (++copy_unit <= last_unit) copy_step = piece_s0(copy_unit) + warp, copy_s1 = piece_s1(copy_unit);
@@ -96,6 +114,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
       copy_weight_step(ring, copy_stage, w, unit_rows<kSwiGLU>(p, copy_unit, g), p.k, copy_step, c);
       copy_step += kWarps;
     }
+#endif
     copy_stage = copy_stage + 1 == kStages ? 0 : copy_stage + 1;
     cute::cp_async_fence();
   };
@@ -127,7 +146,11 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
   for (int64_t unit = first_unit; unit <= last_unit; ++unit) {
     const int s0 = piece_s0(unit), s1 = piece_s1(unit);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#if CUTE_OPS_GEMV_NORM_MMA
+    float sq_frag[4] = {0.f, 0.f, 0.f, 0.f};  // kNorm: the warp's x x^T in this piece (add_squares_mma)
+#else
     float sum_sq = 0.f;  // kNorm: of this lane's columns of x's row `token`, in this piece
+#endif
     for (int step = s0 + warp; step < s1; step += kWarps) {
       copy_next();
 #if CUTE_OPS_GEMV_L2_AHEAD > 0
@@ -141,8 +164,13 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
       for (int i = 0; i < kChunks; ++i) {
         uint4 b = x[i];
         if constexpr (kNorm) {
+#if CUTE_OPS_GEMV_NORM_MMA
+          add_squares_mma<T>(sq_frag, b);
+          b = times_weight_packed<T>(b, norm_w[i]);
+#else
           sum_sq += sum_of_squares<T>(b);
           b = times_weight<T>(b, norm_w[i]);
+#endif
         }
         const uint4 lo = *ring_slot(ring, stage, i), hi = *ring_slot(ring, stage, kChunks + i);
         Mma::fma(acc[0], acc[1], acc[2], acc[3], lo.x, hi.x, lo.y, hi.y, b.x, b.y, acc[0], acc[1], acc[2], acc[3]);
@@ -161,9 +189,13 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) gemv_stream_k_kernel(
 #endif
     s_partial[buffer][warp][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     if constexpr (kNorm) {
+#if CUTE_OPS_GEMV_NORM_MMA
+      if (diagonal_lane(g, c)) s_sum_sq[buffer][warp][g] = diagonal(sq_frag, g);
+#else
       sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 1);
       sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, 2);
       if (c == 0) s_sum_sq[buffer][warp][g] = sum_sq;
+#endif
     }
 #if CUTE_OPS_GEMV_ASYNC_REDUCE >= 2
     if (!kAsyncReduceHere) {
