@@ -351,15 +351,16 @@ template <typename T> struct Packed2;  // T's pair type, for the packed multiply
 template <> struct Packed2<__half> { using type = __half2; };
 template <> struct Packed2<__nv_bfloat16> { using type = __nv_bfloat162; };
 
-// times_weight by four packed multiplies: each product rounded to T once, as there (the same bits,
-// but for products under float's normal range, which --use_fast_math's float multiply flushes).
+// times_weight by four packed multiplies (_rn: never fused into an FMA), each product rounded to T
+// once, as there. The same bits for half; for bfloat16 too, but where a factor or the product is
+// under float's normal range, which --use_fast_math's float multiply flushes to zero and this keeps.
 template <typename T>
 __device__ __forceinline__ uint4 times_weight_packed(uint4 x, uint4 norm_w) {
   using P = typename Packed2<T>::type;
   uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ws[4] = {norm_w.x, norm_w.y, norm_w.z, norm_w.w};
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    const P r = __hmul2(*reinterpret_cast<const P*>(&xs[e]), *reinterpret_cast<const P*>(&ws[e]));
+    const P r = __hmul2_rn(*reinterpret_cast<const P*>(&xs[e]), *reinterpret_cast<const P*>(&ws[e]));
     xs[e] = *reinterpret_cast<const uint32_t*>(&r);
   }
   return make_uint4(xs[0], xs[1], xs[2], xs[3]);
