@@ -223,30 +223,8 @@ __device__ __forceinline__ uint4* ring_slot(uint4* ring, int stage, int j) {
   return ring + (stage * kSlots + j) * kThreads + threadIdx.x;
 }
 
-// Starts the copies of one step's W chunks (rows lo and hi) into a ring stage; chunks past k are
-// zero-filled.
-template <typename T>
-__device__ __forceinline__ void copy_weight_step(uint4* ring, int stage, const T* w, const UnitRows& rows, int k,
-                                                 int step, int c) {
-#if CUTE_OPS_GEMV_EVICT_FIRST
-  const uint64_t policy = sm80::l2_evict_first_policy();
-#endif
-#pragma unroll
-  for (int i = 0; i < kChunks; ++i) {
-    const int col = chunk_col(step, i, c);
-    const bool in = col < k;  // k is a multiple of 8: a chunk is wholly in or out
-#if CUTE_OPS_GEMV_EVICT_FIRST
-    sm80::cp_async_16_hinted<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, i), w + rows.lo * k + (in ? col : 0), in, policy);
-    sm80::cp_async_16_hinted<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, kChunks + i), w + rows.hi * k + (in ? col : 0), in, policy);
-#else
-    sm80::cp_async_16<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, i), w + rows.lo * k + (in ? col : 0), in);
-    sm80::cp_async_16<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, kChunks + i), w + rows.hi * k + (in ? col : 0), in);
-#endif
-  }
-}
-
-#if CUTE_OPS_GEMV_COPY_CURSOR
-// copy_weight_step from the unit's two row pointers (w + lo * k, w + hi * k), kept by a cursor.
+// Starts the copies of one step's W chunks of two rows, from their first elements (w + lo * k and
+// w + hi * k), into a ring stage; chunks past k are zero-filled.
 template <typename T>
 __device__ __forceinline__ void copy_weight_rows(uint4* ring, int stage, const T* row_lo, const T* row_hi, int k,
                                                  int step, int c) {
@@ -256,7 +234,7 @@ __device__ __forceinline__ void copy_weight_rows(uint4* ring, int stage, const T
 #pragma unroll
   for (int i = 0; i < kChunks; ++i) {
     const int col = chunk_col(step, i, c);
-    const bool in = col < k;
+    const bool in = col < k;  // k is a multiple of 8: a chunk is wholly in or out
 #if CUTE_OPS_GEMV_EVICT_FIRST
     sm80::cp_async_16_hinted<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, i), row_lo + (in ? col : 0), in, policy);
     sm80::cp_async_16_hinted<CUTE_OPS_GEMV_L2_PREFETCH>(ring_slot(ring, stage, kChunks + i), row_hi + (in ? col : 0), in, policy);
@@ -266,7 +244,14 @@ __device__ __forceinline__ void copy_weight_rows(uint4* ring, int stage, const T
 #endif
   }
 }
-#endif
+
+// copy_weight_step for the rows of a unit (the cursor of CUTE_OPS_GEMV_COPY_CURSOR keeps the row
+// pointers instead).
+template <typename T>
+__device__ __forceinline__ void copy_weight_step(uint4* ring, int stage, const T* w, const UnitRows& rows, int k,
+                                                 int step, int c) {
+  copy_weight_rows(ring, stage, w + rows.lo * k, w + rows.hi * k, k, step, c);
+}
 
 #if CUTE_OPS_GEMV_L2_AHEAD > 0
 // An L2 prefetch of one step's W (16 rows x 256 bytes: two 128-byte lines a row, one line a lane:
