@@ -122,25 +122,25 @@ namespace cute_ops::gemv {
 #define CUTE_OPS_GEMV_L2_AHEAD 0
 #endif
 
-// 1 (experimental, off): the norm's work in the ring kernels' steps (gemv_body, stream-K) on the
-// tensor cores and in packed pairs: x's sums of squares as the diagonal of x x^T, two more mma a
-// chunk (add_squares_mma), and x * w by packed multiplies (times_weight_packed), about 6
-// instructions a chunk where 0 (the default) spends about 50 on conversions and float math. The
-// norm costs 2-4 us a call of qkv, gate/up and lm_head (docs/perf-notes.md, sessions 23 and 66);
-// whether that is this arithmetic is what the knob asks. The sums then come in the tensor core's
-// order: other last bits of inv_rms than 0's, the same for every unit and every row alone.
+// 1 (the default): the norm's work in the ring kernels' steps (gemv_body, stream-K) on the tensor
+// cores and in packed pairs: x's sums of squares as the diagonal of x x^T, two more mma a chunk
+// (add_squares_mma), and x * w by packed multiplies (times_weight_packed), about 6 instructions a
+// chunk where 0 spends about 50 on conversions and float math. On the H200 (session 67, with
+// COPY_CURSOR) the norm kernels got 4-7% faster (gate/up norm + SwiGLU at M = 1 64.2 -> 61.5 us,
+// qkv norm 18.2 -> 17.5), the others level (docs/perf-notes.md). The sums come in the tensor
+// core's order: other last bits of inv_rms than 0's, the same for every unit and every row alone.
 #ifndef CUTE_OPS_GEMV_NORM_MMA
-#define CUTE_OPS_GEMV_NORM_MMA 0
+#define CUTE_OPS_GEMV_NORM_MMA 1
 #endif
 
-// 1 (experimental, off): the ring kernels' copies follow a cursor (unit, step, stage, the unit's
-// two row pointers) advanced by one item a call, where 0 (the default) derives each item's unit and
-// stage from its index: a 64-bit division and a modulo by 3 a step, then 64-bit row * k products
-// for each of the 8 copies, about 110 of the 259 instructions of a plain kernel's step (sm_90a).
-// The same copies in the same order: the same bits. Whether the instructions cost time (a norm
-// kernel's step is 467) is the question, with CUTE_OPS_GEMV_NORM_MMA.
+// 1 (the default): the ring kernels' copies follow a cursor (unit, step, stage, the unit's two row
+// pointers) advanced by one item a call, where 0 derives each item's unit and stage from its
+// index: a 64-bit division and a modulo by 3 a step, then 64-bit row * k products for each of the
+// 8 copies, about 110 of the 259 instructions of a plain kernel's step (sm_90a). The same copies
+// in the same order: the same bits. Alone it moved little on the H200 (session 67); with
+// NORM_MMA it takes the norm kernels' steps from 483 to 282 instructions.
 #ifndef CUTE_OPS_GEMV_COPY_CURSOR
-#define CUTE_OPS_GEMV_COPY_CURSOR 0
+#define CUTE_OPS_GEMV_COPY_CURSOR 1
 #endif
 
 constexpr int kWarps = CUTE_OPS_GEMV_WARPS;
