@@ -154,8 +154,9 @@ class Llama(torch.nn.Module):
         through cuBLAS, on the same packed weights, with swiglu between them (one
         kernel over pack_gate_up's column order). An intermediate size that is not a multiple of
         pack_gate_up's block stays on fused_mlp, as before swiglu: the small test models have one
-        (1000), and their greedy tokens, batched against alone (test_llama), hold there because
-        gemm_pair's rows do not depend on the batch, while cuBLAS picks its kernels by M.
+        (1000). A prompt's prefill rows still depend on what is packed with it (fused_mlp runs
+        gemvs up to gemv.MAX_ROWS rows and gemm_pair above; cuBLAS picks its kernels by M), so a
+        prompt's greedy tokens batched and alone agree up to near-ties of the logits (test_llama).
         Measured against fused_mlp on an H200 (`ours_cublas_swiglu` in perf/cases_gemm_pair.py;
         docs/perf-notes.md, session 59): this route is faster at M = 16-32 and from 256 (up to
         15%; 3.6% at a 4096-token prefill), fused_mlp 4-5% faster at M = 64-128 (not switched)."""
