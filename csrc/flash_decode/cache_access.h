@@ -81,6 +81,16 @@ struct PageWindow {
     }
   }
 
+  // After start(p, bidb, 0, lane) (CUTE_OPS_DECODE_EARLY_PAGES): the window kept where locate
+  // reaches the slot of `first_key` from slot 0 without waiting (its slot among the 64 entries
+  // loaded: locate's one step past `lo` moves `hi` down and loads behind it), else started there.
+  // Warp-uniform first_key.
+  __device__ __forceinline__ void restart_past(const FlashDecodeParams& p, int bidb, int first_key, int lane) {
+    if (p.block_table == nullptr) return;
+    const int slot = shift >= 0 ? first_key >> shift : first_key / p.page_size;
+    if (slot >= first + 64) start(p, bidb, first_key, lane);
+  }
+
   // Where the keys of one 16-key group live (page_size is a multiple of 16, so a group never
   // straddles pages): its page and the row of its first key. Keys are asked for in increasing
   // order, by every lane of the warp with the same key; the window moves on when a slot is past

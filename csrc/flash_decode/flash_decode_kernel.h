@@ -44,6 +44,18 @@
 #define CUTE_OPS_DECODE_COMPACT 1
 #endif
 
+// 1 (experimental, off): with a paged cache each warp reads the block table's first 64 slots
+// beside the sequence's length, and keeps that window where its first key's slot lies within it
+// (PageWindow::restart_past). 0 (the default): the window is read once the length has given the
+// split's first key, so a paged CTA waits on three dependent loads before its first copy (length,
+// table, keys) where a contiguous one waits on two. Up to 64 pages (4096 keys at page 64) no warp
+// waits on the table; past that the early read is wasted (two 128-byte loads a warp). On the H200
+// paged caches ran 3.4-4.2% slower than contiguous at 512 keys (issue 15's Must: within 3%) and
+// 1-3% from 2048 (docs/perf-notes.md, session 67).
+#ifndef CUTE_OPS_DECODE_EARLY_PAGES
+#define CUTE_OPS_DECODE_EARLY_PAGES 0
+#endif
+
 namespace cute_ops::decode {
 
 using namespace cute;
@@ -120,6 +132,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     k_scale = p.k_scale[bidh_k * p.kv_scale_stride];
     v_scale = p.v_scale[bidh_k * p.kv_scale_stride];
   }
+  PageWindow pages;  // the block-table entries this warp's keys use (cache_access.h)
+#if CUTE_OPS_DECODE_EARLY_PAGES
+  pages.start(p, bidb, 0, lane);  // in flight beside the length's load
+#endif
   const SequenceExtent extent = check_sequence(p, bidb, /*report=*/tid == 0);
   const int seqlen = extent.seqlen;
   // Keys below `cached` come from the cache; the new tokens' keys [cached, seqlen) from k_new/v_new.
@@ -153,8 +169,11 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // reading a stage and refilling it is time with fewer bytes in flight; the paged path's lookup
   // done there made paged caches 9% slower than contiguous ones at the same addresses (H200,
   // session 28).
-  PageWindow pages;
+#if CUTE_OPS_DECODE_EARLY_PAGES
+  pages.restart_past(p, bidb, tile_begin * kBlockN + warp * Traits::kWarpKeys, lane);
+#else
   pages.start(p, bidb, tile_begin * kBlockN + warp * Traits::kWarpKeys, lane);
+#endif
   // Warp w's K (is_value 0) or V (1) slab of ring stage `stage`.
   auto slab_at = [&](int stage, int is_value, int w) {
     return ring + ((stage * 2 + is_value) * kNWarps + w) * Traits::kSlabBytes;
