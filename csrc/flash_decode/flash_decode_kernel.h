@@ -45,13 +45,14 @@
 #endif
 
 // 1 (experimental, off): with a paged cache each warp reads the block table's first 64 slots
-// beside the sequence's length, and keeps that window where its first key's slot lies within it
-// (PageWindow::restart_past). 0 (the default): the window is read once the length has given the
-// split's first key, so a paged CTA waits on three dependent loads before its first copy (length,
-// table, keys) where a contiguous one waits on two. Up to 64 pages (4096 keys at page 64) no warp
-// waits on the table; past that the early read is wasted (two 128-byte loads a warp). On the H200
-// paged caches ran 3.4-4.2% slower than contiguous at 512 keys (issue 15's Must: within 3%) and
-// 1-3% from 2048 (docs/perf-notes.md, session 67).
+// right after the wait for the previous kernel, before Q and the length, and keeps that window
+// where its first key's slot lies within it (PageWindow::restart_past). 0 (the default): the
+// window is read once the length has given the split's first key, so before its first key copy a
+// paged CTA waits on two dependent loads (the length, then the table) where a contiguous one waits
+// on the length alone. Up to 64 pages (4096 keys at page 64) no warp waits on the table; past that
+// the warps whose first slot is beyond 64 read their window again (two 128-byte loads a warp
+// wasted). On the H200 paged caches ran 3.4-4.2% slower than contiguous at 512 keys (issue 15's
+// Must: within 3%), 1-3% from 2048 (docs/perf-notes.md, session 67).
 #ifndef CUTE_OPS_DECODE_EARLY_PAGES
 #define CUTE_OPS_DECODE_EARLY_PAGES 0
 #endif
@@ -111,6 +112,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   allow_dependent_launch();
   DECODE_TRACE(1);
 
+  PageWindow pages;  // the block-table entries this warp's keys use (cache_access.h)
+#if CUTE_OPS_DECODE_EARLY_PAGES
+  // First in the source, so that ptxas issues them before it waits for the length (placed after
+  // Q's copies, at head dim 64 they came after that wait, which ptxas hoists there).
+  pages.start(p, bidb, 0, lane);
+#endif
+
   // Q rows, zero past the last packed row, issued before the length is read (RoPE, which needs the
   // positions, rotates them in shared memory once they have landed).
   const Element* q = static_cast<const Element*>(p.q);
@@ -132,10 +140,6 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     k_scale = p.k_scale[bidh_k * p.kv_scale_stride];
     v_scale = p.v_scale[bidh_k * p.kv_scale_stride];
   }
-  PageWindow pages;  // the block-table entries this warp's keys use (cache_access.h)
-#if CUTE_OPS_DECODE_EARLY_PAGES
-  pages.start(p, bidb, 0, lane);  // in flight beside the length's load
-#endif
   const SequenceExtent extent = check_sequence(p, bidb, /*report=*/tid == 0);
   const int seqlen = extent.seqlen;
   // Keys below `cached` come from the cache; the new tokens' keys [cached, seqlen) from k_new/v_new.
