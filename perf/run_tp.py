@@ -160,6 +160,12 @@ def main() -> int:
     if world < 2:
         print("perf/run_tp.py: run it under `torchrun --nproc-per-node N` with N >= 2 GPUs of one host")
         return 0
+    if not TensorParallel._peer_built("gemv_push_lines"):
+        # `ours` is the model's default all-reduce, the peer kernel; without it every step would
+        # time the NCCL fallback under that name.
+        print("perf/run_tp.py: cute_ops was built without the allreduce family (peer_all_reduce): "
+              "build it (CUTE_OPS_FAMILIES unset, or naming allreduce) before timing", file=sys.stderr)
+        return 2
     tp = TensorParallel.from_torchrun(world)
     import torch.distributed as dist
 

@@ -17,8 +17,7 @@
 #   bash scripts/gpu_check.sh --commit SHA --no-tests --split-gpus
 #   # tensor parallelism on a host of N GPUs: its tests, then perf/run_tp.py under torchrun
 #   # (perf/results/<gpu>x<N>.json) instead of perf/run.py:
-#   CUTE_OPS_FAMILIES=norm,rope,flash_fwd,flash_decode,gemm_pair,gemv bash scripts/gpu_check.sh --commit SHA \
-#       --tp 2 --tests "tests/test_llama_tp.py tests/test_llama.py"
+#   bash scripts/gpu_check.sh --commit SHA --tp 2 --tests "tests/test_llama_tp.py tests/test_llama.py"
 #
 # The commit recorded is $CUTE_OPS_COMMIT (or --commit): the device's git copy may report a stale
 # HEAD, so without it perf/run.py records git's HEAD marked as possibly stale.
@@ -44,6 +43,11 @@ done
 case "$tp" in ''|*[!0-9]*) echo "--tp needs a number of GPUs, got '$tp'" >&2; exit 2 ;; esac
 if [ "$tp" -gt 1 ] && { [ -n "$bench_families" ] || [ "$pytest_bench" = 1 ]; }; then
   echo "--tp runs perf/run_tp.py only: --bench-families and --pytest-bench do not apply" >&2; exit 2
+fi
+# The model's default all-reduce is the peer kernel (family allreduce): without it the ranks fall
+# back to NCCL and the results file would time the fallback (session 68 lost a call to that).
+if [ "$tp" -gt 1 ] && [ -n "${CUTE_OPS_FAMILIES:-}" ] && ! tr , '\n' <<<"$CUTE_OPS_FAMILIES" | grep -qx allreduce; then
+  echo "--tp needs the allreduce family built: CUTE_OPS_FAMILIES=$CUTE_OPS_FAMILIES lacks it" >&2; exit 2
 fi
 if [ "$split_gpus" = 1 ] && { [ "$tp" -gt 1 ] || [ "$pytest_bench" = 1 ]; }; then
   echo "--split-gpus runs perf/run.py's families on two GPUs: --tp and --pytest-bench do not apply" >&2; exit 2

@@ -245,6 +245,17 @@ def test_tp_runner_without_torchrun_exits_0_with_a_message(monkeypatch, capsys):
     assert "torchrun --nproc-per-node N" in capsys.readouterr().out
 
 
+def test_tp_runner_refuses_a_build_without_the_peer_all_reduce(monkeypatch, capsys):
+    # Without the allreduce family the model falls back to NCCL: timing that as `ours` would be a
+    # results file about another all-reduce. It must refuse before it starts any process group.
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(run_tp.TensorParallel, "_peer_built", staticmethod(lambda *also: False))
+    monkeypatch.setattr(run_tp.TensorParallel, "from_torchrun",
+                        staticmethod(lambda world: pytest.fail("started a process group")))
+    assert run_tp.main() == 2
+    assert "without the allreduce family" in capsys.readouterr().err
+
+
 def test_tp_rows_report_the_speedup_over_one_gpu_and_the_all_reduce():
     times = {"ours": 2500.0, "one_shot": 2800.0, "folded": 2600.0, "nccl": 3300.0, "none": 2300.0, "each": 4.5,
              "each_one_shot": 7.0, "each_nccl": 12.5}
