@@ -81,22 +81,6 @@ struct PageWindow {
     }
   }
 
-  // After start(p, bidb, 0, lane) (CUTE_OPS_DECODE_EARLY_PAGES), once the length has given the
-  // warp's first key: the window kept where that key's slot is among the 64 entries loaded
-  // (moved up by 32 now, with the load behind it, where the slot is past `lo`: the step locate
-  // would take at the first lookup, taken before it), else started there. Warp-uniform first_key.
-  __device__ __forceinline__ void restart_past(const FlashDecodeParams& p, int bidb, int first_key, int lane) {
-    if (p.block_table == nullptr) return;
-    const int slot = shift >= 0 ? first_key >> shift : first_key / p.page_size;
-    if (slot >= first + 64) {
-      start(p, bidb, first_key, lane);
-    } else if (slot >= first + 32) {
-      first += 32;
-      lo = hi;
-      hi = load(p, bidb, first + 32 + lane);
-    }
-  }
-
   // Where the keys of one 16-key group live (page_size is a multiple of 16, so a group never
   // straddles pages): its page and the row of its first key. Keys are asked for in increasing
   // order, by every lane of the warp with the same key; the window moves on when a slot is past

@@ -44,19 +44,6 @@
 #define CUTE_OPS_DECODE_COMPACT 1
 #endif
 
-// 1 (experimental, off): with a paged cache each warp reads the block table's first 64 slots
-// right after the wait for the previous kernel, before Q and the length, and keeps that window
-// where its first key's slot lies within it (PageWindow::restart_past). 0 (the default): the
-// window is read once the length has given the split's first key, so before its first key copy a
-// paged CTA waits on two dependent loads (the length, then the table) where a contiguous one waits
-// on the length alone. Up to 64 pages (4096 keys at page 64) no warp waits on the table; past that
-// the warps whose first slot is beyond 64 read their window again (two 128-byte loads a warp
-// wasted). On the H200 paged caches ran 3.4-4.2% slower than contiguous at 512 keys (issue 15's
-// Must: within 3%), 1-3% from 2048 (docs/perf-notes.md, session 67).
-#ifndef CUTE_OPS_DECODE_EARLY_PAGES
-#define CUTE_OPS_DECODE_EARLY_PAGES 0
-#endif
-
 namespace cute_ops::decode {
 
 using namespace cute;
@@ -112,13 +99,6 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   allow_dependent_launch();
   DECODE_TRACE(1);
 
-  PageWindow pages;  // the block-table entries this warp's keys use (cache_access.h)
-#if CUTE_OPS_DECODE_EARLY_PAGES
-  // First in the source, so that ptxas issues them before it waits for the length (placed after
-  // Q's copies, at head dim 64 they came after that wait, which ptxas hoists there).
-  pages.start(p, bidb, 0, lane);
-#endif
-
   // Q rows, zero past the last packed row, issued before the length is read (RoPE, which needs the
   // positions, rotates them in shared memory once they have landed).
   const Element* q = static_cast<const Element*>(p.q);
@@ -173,11 +153,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // reading a stage and refilling it is time with fewer bytes in flight; the paged path's lookup
   // done there made paged caches 9% slower than contiguous ones at the same addresses (H200,
   // session 28).
-#if CUTE_OPS_DECODE_EARLY_PAGES
-  pages.restart_past(p, bidb, tile_begin * kBlockN + warp * Traits::kWarpKeys, lane);
-#else
+  PageWindow pages;
   pages.start(p, bidb, tile_begin * kBlockN + warp * Traits::kWarpKeys, lane);
-#endif
   // Warp w's K (is_value 0) or V (1) slab of ring stage `stage`.
   auto slab_at = [&](int stage, int is_value, int w) {
     return ring + ((stage * 2 + is_value) * kNWarps + w) * Traits::kSlabBytes;
