@@ -17,7 +17,8 @@ measured in the same run: `step_us_one_shot`, the step with PyTorch's symmetric-
 all-reduce (kind "one_shot"); `step_us_nccl`, with NCCL's (kind "nccl"); `step_us_folded`, with
 each all-reduce folded into the gemvs around it (cute_ops.GemvExchange; where the batch takes
 gemv, B <= 8); `step_us_pushed`, with the row-parallel gemvs pushing their rows into PeerAllReduce's inboxes
-themselves (kind "pushed": PeerAllReduce.gemv; where the batch takes gemv, B <= 8);
+themselves (kind "pushed": PeerAllReduce.gemv; where the batch takes gemv, B <= 8; at B = 1 what
+`ours` does too, AUTO_PUSH_MAX_ROWS);
 `step_us_no_allreduce`, with the all-reduces left out (wrong sums: timing only);
 `allreduce_us_per_step`, our step's time over that one (what the all-reduces cost it), and the
 same for the other ways (`allreduce_us_per_step_one_shot`, `_nccl`, `_folded`, `_pushed`);

@@ -106,6 +106,26 @@ def test_which_all_reduces_take_which_path():
     assert ONE_SHOT_MAX_BYTES >= 64 * 8192 * 2
 
 
+def test_auto_pushes_the_row_parallel_gemvs_at_one_row_only(monkeypatch):
+    """Which row-parallel gemvs push their rows (TensorParallel.pushes), with the peer kernel taken as
+    built and the operands as taken: "pushed" at every gemv batch, "auto" up to AUTO_PUSH_MAX_ROWS
+    rows (one: measured faster at B = 1 only), "one_shot" and "nccl" never, nor one rank."""
+    from cute_ops import allreduce
+    from cute_ops.models.llama.parallel import AUTO_PUSH_MAX_ROWS
+
+    monkeypatch.setattr(TensorParallel, "_peer_built", staticmethod(lambda *also: True))
+    monkeypatch.setattr(allreduce.PeerAllReduce, "takes_gemv", staticmethod(lambda x, weight: True))
+    weight = torch.ones(4096, 4096, dtype=torch.bfloat16)
+    one, eight = torch.ones(1, 4096, dtype=torch.bfloat16), torch.ones(8, 4096, dtype=torch.bfloat16)
+    assert AUTO_PUSH_MAX_ROWS == 1
+    auto, pushed = TensorParallel(0, 2), TensorParallel(0, 2, all_reduce_kind="pushed")
+    assert auto.pushes(one, weight) and not auto.pushes(eight, weight)
+    assert pushed.pushes(one, weight) and pushed.pushes(eight, weight)
+    for kind in ("one_shot", "nccl"):
+        assert not TensorParallel(0, 2, all_reduce_kind=kind).pushes(one, weight)
+    assert not TensorParallel().pushes(one, weight)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA tensor")
 def test_all_reduce_path_rules_on_cuda_tensors():

@@ -204,7 +204,7 @@ class Llama(torch.nn.Module):
 
     def _row_parallel_gemv(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
         """A gemv decode step's o or down projection and its all-reduce: the two calls, or one
-        pushed gemv where the TensorParallel kind is "pushed" (TensorParallel.pushes)."""
+        pushed gemv where TensorParallel.pushes says so (kind "pushed", or "auto" at one row)."""
         if self.tp.pushes(x, weight):
             return self.tp.pushed_gemv(x, weight, residual)
         return self.tp.all_reduce(gemv(x, weight, residual=residual))

@@ -18,7 +18,9 @@ The all-reduce of a decode step's few rows is latency, not bandwidth: NCCL's rin
 one 8 KB row over NVLink (docs/perf-notes.md), and as an ordinary launch it stops the next gemv from
 starting its weight stream early. By default ("auto") a CUDA tensor of up to 1 MiB goes through
 cute_ops.PeerAllReduce (one kernel, a programmatic dependent of the projection before it, the
-next one launching as it starts); larger ones (prefill) through NCCL. "one_shot" takes PyTorch's
+next one launching as it starts); larger ones (prefill) through NCCL. At one row (a B = 1 decode
+step) "auto" also has the o and down gemvs push their rows into the all-reduce's inboxes
+themselves (AUTO_PUSH_MAX_ROWS: what "pushed" does at every gemv batch). "one_shot" takes PyTorch's
 symmetric-memory one-shot all-reduce instead where it applies (bfloat16/float32), "nccl" NCCL for
 every one: the comparisons of perf/run_tp.py and the tests.
 
@@ -42,10 +44,15 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 # maps for it is this size, one per dtype and device.
 ONE_SHOT_MAX_BYTES = 1 << 20
 # What TensorParallel.all_reduce calls (the module docstring says when): "auto" (PeerAllReduce),
-# "one_shot" (PyTorch's symmetric-memory one-shot) or "nccl"; "pushed" is "auto" with a gemv decode
-# step's row-parallel gemvs storing their rows into the ranks' inboxes themselves
-# (TensorParallel.pushed_gemv).
+# "one_shot" (PyTorch's symmetric-memory one-shot) or "nccl"; "pushed" is "auto" with every gemv
+# decode step's row-parallel gemvs storing their rows into the ranks' inboxes themselves
+# (TensorParallel.pushed_gemv), which "auto" does at one row only.
 ALL_REDUCE_KINDS = ("auto", "one_shot", "nccl", "pushed")
+# The most rows at which "auto" pushes too (TensorParallel.pushes). Measured on 2 x H200 at 75df535
+# (perf/results/h200x2.json, two runs; docs/perf-notes.md session 68): at B = 1 pushing took
+# 39 us off LLaMA-3-8B's TP=2 step (2577 -> 2538) and 16-31 us off the 70B's; at B = 8 it tied
+# on the 8B and lost 200-320 us on the 70B.
+AUTO_PUSH_MAX_ROWS = 1
 
 # HF tensor name suffix -> (the dim it is split along, the size that is split: "q", "kv" or "inter").
 _SPLITS = {
@@ -169,10 +176,13 @@ class TensorParallel:
 
     def pushes(self, x: torch.Tensor, weight: torch.Tensor) -> bool:
         """Whether the row-parallel gemv(x, weight) of a gemv decode step and its all-reduce run as
-        pushed_gemv: several ranks, kind "pushed", the peer kernel built, and operands that
-        PeerAllReduce.gemv takes (PeerAllReduce.takes_gemv: from shapes and dtypes, the same on every
-        rank)."""
-        if not (self.world_size > 1 and self.all_reduce_kind == "pushed" and self._peer_built("gemv_push_lines")):
+        pushed_gemv: several ranks, kind "pushed" (or "auto" with at most AUTO_PUSH_MAX_ROWS rows), the
+        peer kernel built, and operands that PeerAllReduce.gemv takes (PeerAllReduce.takes_gemv: from
+        shapes and dtypes, the same on every rank)."""
+        kind = self.all_reduce_kind
+        if not (kind == "pushed" or (kind == "auto" and x.dim() == 2 and x.shape[0] <= AUTO_PUSH_MAX_ROWS)):
+            return False
+        if not (self.world_size > 1 and self._peer_built("gemv_push_lines")):
             return False
         from ...allreduce import PeerAllReduce
 
