@@ -106,6 +106,9 @@ class _NoAllReduce(TensorParallel):
     def all_reduce(self, x):
         return x
 
+    def pushes(self, x, weight):  # a pushed gemv is an all-reduce too ("auto" pushes at one row)
+        return False
+
 
 def decode_variants(model: Llama, batch: int) -> dict[str, float]:
     """Our step's time and, for several ranks, the steps it is compared with (see the docstring)."""

@@ -9,6 +9,7 @@ import pathlib
 import sys
 
 import pytest
+import torch
 
 PERF = pathlib.Path(__file__).resolve().parent.parent / "perf"
 sys.path.insert(0, str(PERF))
@@ -254,6 +255,19 @@ def test_tp_runner_refuses_a_build_without_the_peer_all_reduce(monkeypatch, caps
                         staticmethod(lambda world: pytest.fail("started a process group")))
     assert run_tp.main() == 2
     assert "without the allreduce family" in capsys.readouterr().err
+
+
+def test_tp_runner_step_without_all_reduces_has_no_pushed_gemv(monkeypatch):
+    # "auto" pushes the o and down gemvs' rows at one row: the step timed without all-reduces must
+    # not keep those (session 68's first run of it did: its B = 1 time included them).
+    from cute_ops import allreduce
+
+    monkeypatch.setattr(run_tp.TensorParallel, "_peer_built", staticmethod(lambda *also: True))
+    monkeypatch.setattr(allreduce.PeerAllReduce, "takes_gemv", staticmethod(lambda x, weight: True))
+    row, weight = torch.ones(1, 64, dtype=torch.bfloat16), torch.ones(64, 64, dtype=torch.bfloat16)
+    assert run_tp.TensorParallel(0, 2).pushes(row, weight)  # the rule the override must undo
+    none = run_tp._NoAllReduce(0, 2)
+    assert not none.pushes(row, weight) and none.all_reduce(row) is row
 
 
 def test_tp_rows_report_the_speedup_over_one_gpu_and_the_all_reduce():
