@@ -139,7 +139,8 @@ TORCH_LIBRARY(cute_ops, m) {
   // [B, Sq, Hkv, D] the op first writes them into the caches at cache_seqlens[b] (rotating q and
   // k_new by rotate-half RoPE at those positions when rotary_cos/rotary_sin [positions, rot/2] are
   // given) and attends over cache_seqlens[b] + Sq keys; the caller advances cache_seqlens. causal
-  // masks within the new tokens (bottom-right). num_splits = 0 picks the split count. An fp8
+  // masks within the new tokens (bottom-right). num_splits = 0 picks the split count, -1 the count
+  // for one sequence whatever the batch (batch-invariant rows). An fp8
   // cache (float8_e4m3fn, D 128) holds k / k_scale and v / v_scale, float32 scales [Hkv] or one.
   // Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq] float32.
   m.def("flash_decode(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_seqlens, Tensor? k_new=None, "

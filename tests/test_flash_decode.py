@@ -132,6 +132,7 @@ def _args(**over):
     (dict(k_new=_meta(2, 1, 2, 128), v_new=_meta(2, 1, 2, 128), rotary_cos=_meta(100, 65, dtype=torch.float32),
           rotary_sin=_meta(100, 65, dtype=torch.float32)), "rotary_dim <= head_dim"),
     (dict(num_splits=129), "num_splits must be"),
+    (dict(num_splits=-2), "num_splits must be -1"),
     (dict(softmax_scale=float("inf")), "softmax_scale must be a finite float"),
 ])
 @pytest.mark.parametrize("dev", CHECK_DEVICES)
@@ -228,6 +229,48 @@ def test_forced_splits_agree(page_size):
     for out, lse in results[1:]:
         torch.testing.assert_close(out, results[0][0], atol=1e-2, rtol=1e-2)
         torch.testing.assert_close(lse, results[0][1], atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [None, 64])
+def test_batch_invariant_splits_give_each_sequence_its_alone_bits(page_size):
+    """num_splits=-1: each sequence's out, lse and appended cache rows are the bits of the same call
+    on that sequence alone (B = 1), whatever it is batched with; the default (0) picks its split
+    count from the batch, so at 16 sequences it splits the long ones elsewhere than alone does, and
+    comparing those is the planted failure that shows the check can fail."""
+    batch, capacity, heads_q, heads_kv, d = 16, 4097, 32, 8, 128
+    k_cache, v_cache, table = _cache(batch, capacity, heads_kv, d, torch.bfloat16, "cuda", page_size)
+    lengths = torch.randint(1, capacity, (batch,), dtype=torch.int32, device="cuda")
+    lengths[:4] = torch.tensor([0, 16, 1000, capacity - 1], dtype=torch.int32)
+    q = torch.randn(batch, 1, heads_q, d, device="cuda").to(torch.bfloat16)
+    k_new, v_new = (torch.randn(batch, 1, heads_kv, d, device="cuda").to(torch.bfloat16) for _ in range(2))
+    cos_sin = cute_ops.rope_cos_sin_cache(d, capacity, device="cuda")
+    rot = dict(rotary_cos=cos_sin[:, :d // 2].contiguous(), rotary_sin=cos_sin[:, d // 2:].contiguous())
+
+    def run(rows, splits):
+        """(out, lse, k rows, v rows) of a call on sequences `rows`, on its own copy of the cache."""
+        k, v = k_cache.clone(), v_cache.clone()
+        t = None if table is None else table[rows]
+        if table is None:
+            k, v = k[rows].contiguous(), v[rows].contiguous()
+        out, lse = cute_ops.flash_decode(q[rows], k, v, lengths[rows], k_new[rows], v_new[rows], block_table=t,
+                                         num_splits=splits, **rot)
+        new_rows = lengths[rows].long()  # the appended row of each sequence, read back from its page
+        if t is None:
+            at = (torch.arange(len(rows), device="cuda"), new_rows)
+        else:
+            at = (t[torch.arange(len(rows), device="cuda"), new_rows // page_size].long(), new_rows % page_size)
+        return out, lse, k[at], v[at]
+
+    everyone = list(range(batch))
+    batched, default = run(everyone, -1), run(everyone, 0)
+    differs = False
+    for b in everyone:
+        alone = run([b], -1)
+        for got, want in zip(batched, alone):
+            assert torch.equal(got[b], want[0]), f"sequence {b} (length {int(lengths[b])}) batched != alone"
+        differs |= not torch.equal(default[0][b], alone[0][0])
+    assert differs, "the default's split count gave every sequence its alone bits: the check shows nothing"
 
 
 @pytest.mark.gpu

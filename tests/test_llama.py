@@ -356,6 +356,60 @@ def test_batched_generation_equals_each_prompt_alone():
         _assert_equal_up_to_near_ties(model, prompts, planted, alone)
 
 
+def _generate_recording_logits(monkeypatch, generator: Generator, prompts, new_tokens: int):
+    """(tokens, the logits every sample call saw, cloned) of generator.generate(prompts, ...)."""
+    from cute_ops.models.llama import generate as generate_module
+
+    seen, sample = [], generate_module.sample
+
+    def recording(logits, *args):
+        seen.append(logits.clone())
+        return sample(logits, *args)
+
+    monkeypatch.setattr(generate_module, "sample", recording)
+    tokens = generator.generate(prompts, new_tokens, stop_tokens=())
+    monkeypatch.setattr(generate_module, "sample", sample)
+    return tokens, seen
+
+
+@pytest.mark.gpu
+def test_batch_invariant_generation_gives_each_prompt_its_alone_bits(monkeypatch):
+    # batch_invariant=True: every prompt's logits, at its prefill and at each decode step, are the
+    # bits of the prompt generated alone, so its greedy tokens are equal, ties or not. Five prompts
+    # join at once and run to the end (no stop token), so row i of every sample call is prompt i.
+    # The default's packed prefill (and batch-dependent split counts) must show some difference in
+    # the same comparison: without one, the check would be showing nothing.
+    model = _random_model()
+    prompts = [torch.randint(0, 1000, (n,)).tolist() for n in (5, 130, 17, 64, 1)]
+    cache = PagedKVCache.for_tokens(model.config, 5 * 200, page_size=16, max_seq_len=200)
+    steps = 24
+    runs = {}
+    for invariant in (True, False):
+        batched = _generate_recording_logits(monkeypatch, Generator(model, cache, 8, batch_invariant=invariant),
+                                             prompts, steps)
+        alone = [_generate_recording_logits(monkeypatch, Generator(model, cache, 1, batch_invariant=invariant),
+                                            [p], steps) for p in prompts]
+        runs[invariant] = batched, alone
+    (tokens, logits), alone = runs[True]
+    assert len(logits) == steps and all(len(t) == steps for t in tokens)
+    for i, (alone_tokens, alone_logits) in enumerate(alone):
+        assert tokens[i] == alone_tokens[0], f"prompt {i}: batched tokens are not its tokens alone"
+        for step, (row, own) in enumerate(zip(logits, alone_logits)):
+            assert torch.equal(row[i], own[0]), f"prompt {i}, step {step}: logits batched != alone"
+    (_, logits), alone = runs[False]
+    assert any(not torch.equal(row[i], own[0]) for i, (_, alone_logits) in enumerate(alone)
+               for row, own in zip(logits, alone_logits)), "the default's batching changed no bit: a check of nothing"
+
+
+def test_batch_invariant_generator_refuses_large_batches():
+    from types import SimpleNamespace
+    model, cache = SimpleNamespace(num_kv_heads=2), SimpleNamespace(k=torch.empty(1, 1, 16, 2, 64))
+    with pytest.raises(ValueError, match="batch_invariant needs max_batch <= 8"):
+        Generator(model, cache, max_batch=9, batch_invariant=True)
+    with pytest.raises(ValueError, match="max_batch must be >= 1"):
+        Generator(model, cache, max_batch=0)
+
+
 @pytest.mark.gpu
 def test_graph_decode_equals_eager_decode():
     model = _random_model()

@@ -273,7 +273,7 @@ def _use_reference_ops(set_attr=setattr) -> None:
         q.copy_(q_rot)
         k.copy_(k_rot)
 
-    def flash_decode(q, k_cache, v_cache, seqlens, k_new, v_new, block_table, cos, sin):
+    def flash_decode(q, k_cache, v_cache, seqlens, k_new, v_new, block_table, cos, sin, num_splits=0):
         out, lse, k_after, v_after = ref.decode_attention(q, k_cache, v_cache, seqlens, k_new, v_new, block_table,
                                                           cos, sin)
         k_cache.copy_(k_after)

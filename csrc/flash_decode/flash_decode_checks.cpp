@@ -124,8 +124,8 @@ void check_flash_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
                       shape_str(*rotary_cos));
   }
   check_softmax_scale(softmax_scale, kOp);
-  TORCH_CHECK_VALUE(num_splits >= 0 && num_splits <= kDecodeMaxSplits, kOp, ": num_splits must be an int from 0 ",
-                    "(automatic) to ", kDecodeMaxSplits, ", got ", num_splits);
+  TORCH_CHECK_VALUE(num_splits >= -1 && num_splits <= kDecodeMaxSplits, kOp, ": num_splits must be -1 (batch-invariant), ",
+                    "0 (automatic) or 1 to ", kDecodeMaxSplits, ", got ", num_splits);
 }
 
 TORCH_LIBRARY_IMPL(cute_ops, Meta, m) { m.impl("flash_decode", &flash_decode_meta); }

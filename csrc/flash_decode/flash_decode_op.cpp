@@ -96,8 +96,16 @@ std::tuple<at::Tensor, at::Tensor> flash_decode(const at::Tensor& q, at::Tensor&
   p.lse = lse.data_ptr<float>();
   const DeviceInfo info = device_info(q.device().index());
   p.pdl = info.major >= 9;
-  p.num_splits = num_splits > 0 ? static_cast<int>(num_splits)
-                                : flash_decode_default_splits(p, info.sms, max_seqlen);
+  if (num_splits > 0) {
+    p.num_splits = static_cast<int>(num_splits);
+  } else {
+    // -1: the count the default picks for a batch of one, whatever the batch. A sequence's keys
+    // then split at the same tiles in any batch (the kernel splits each sequence by its own
+    // length), and the merge runs in split order, so its rows are the same bits batched or alone.
+    FlashDecodeParams shape = p;
+    if (num_splits < 0) shape.b = 1;
+    p.num_splits = flash_decode_default_splits(shape, info.sms, max_seqlen);
+  }
   const cudaStream_t stream = current_stream(q);
   at::Tensor o_partial, lse_partial;
   if (p.num_splits > 1) {

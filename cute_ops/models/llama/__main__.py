@@ -89,6 +89,8 @@ def main(argv=None) -> None:
     ap.add_argument("--kv-cache", choices=("model", "fp8"), default="model",
                     help="the KV cache's dtype: the model's, or float8_e4m3fn (head_dim 128; scales 1.0)")
     ap.add_argument("--no-graphs", action="store_true", help="decode eagerly instead of replaying CUDA graphs")
+    ap.add_argument("--batch-invariant", action="store_true",
+                    help="each sequence's logits the same bits whatever it is batched with (up to 8 prompts; slower)")
     ap.add_argument("--tp", type=int, default=1,
                     help="tensor parallelism over this many GPUs (launch with torchrun --nproc-per-node N)")
     args = ap.parse_args(argv)
@@ -123,7 +125,11 @@ def main(argv=None) -> None:
     cache = PagedKVCache.for_tokens(cfg, len(prompts) * (longest + args.page_size), args.page_size,
                                     max_seq_len=longest, dtype=torch.float8_e4m3fn if args.kv_cache == "fp8" else dtype,
                                     tp=tp)
-    runner = Generator(model, cache, max_batch=len(prompts), cuda_graphs=not args.no_graphs)
+    try:
+        runner = Generator(model, cache, max_batch=len(prompts), cuda_graphs=not args.no_graphs,
+                           batch_invariant=args.batch_invariant)
+    except ValueError as e:
+        ap.error(str(e))
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, seed=0)
     stop = None if tokenizer else ()  # random weights: run every step
 

@@ -3,13 +3,21 @@ then decode steps for every running sequence, each step one CUDA graph replay pe
 bucket (shapes static; tokens, lengths and block tables in device buffers). Sequences join when
 pages are free and leave at a stop token or max_new_tokens: a simple continuous-batching loop.
 Under tensor parallelism every rank runs this same loop on the same prompts: the logits are
-gathered onto every rank, so each samples the same tokens and the ranks stay in step."""
+gathered onto every rank, so each samples the same tokens and the ranks stay in step.
+
+By default a sequence's logits depend in their last bits on what it is batched with: a prefill's
+kernels are picked by the rows packed together (gemv or GEMMs, cuBLAS's by M), and flash_decode's
+split count by the batch, so greedy tokens batched and alone agree up to near-ties of the logits.
+`batch_invariant=True` makes them the same bits: each prompt prefilled on its own, decode batches
+of at most gemv.MAX_ROWS sequences (every projection a gemv, whose rows do not depend on the
+others), and flash_decode's batch-invariant split count (num_splits=-1)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
 
+from ...gemv import MAX_ROWS as GEMV_MAX_ROWS
 from .kv_cache import PagedKVCache
 from .model import Llama
 
@@ -55,13 +63,24 @@ class _Sequence:
 
 
 class Generator:
-    """Runs `model` over `cache` for batches of up to `max_batch` sequences."""
+    """Runs `model` over `cache` for batches of up to `max_batch` sequences. batch_invariant: each
+    sequence's logits the same bits whatever it is batched with (the module docstring says how and
+    at what cost); greedy tokens then equal those of the prompt generated alone. It needs
+    max_batch <= gemv.MAX_ROWS (8)."""
 
-    def __init__(self, model: Llama, cache: PagedKVCache, max_batch: int = 64, cuda_graphs: bool = True):
+    def __init__(self, model: Llama, cache: PagedKVCache, max_batch: int = 64, cuda_graphs: bool = True,
+                 batch_invariant: bool = False):
         if cache.k.shape[3] != model.num_kv_heads:
             raise ValueError(f"Generator: the cache holds {cache.k.shape[3]} kv heads and the model's rank "
                              f"{model.num_kv_heads}: build the cache with the model's tp (PagedKVCache(..., tp=model.tp))")
+        if max_batch < 1:
+            raise ValueError(f"Generator: max_batch must be >= 1, got {max_batch}")
+        if batch_invariant and max_batch > GEMV_MAX_ROWS:
+            raise ValueError(f"Generator: batch_invariant needs max_batch <= {GEMV_MAX_ROWS} (decode steps of gemvs "
+                             f"only; larger batches run cuBLAS, whose kernels vary with the batch), got {max_batch}")
         self.model, self.cache, self.max_batch, self.cuda_graphs = model, cache, max_batch, cuda_graphs
+        self.batch_invariant = batch_invariant
+        self._num_splits = -1 if batch_invariant else 0  # flash_decode's: -1 splits each sequence alike in any batch
         device = cache.k.device
         self.buckets = sorted({min(1 << i, max_batch) for i in range(max_batch.bit_length() + 1)})
         self._tokens = torch.zeros(max_batch, dtype=torch.int64, device=device)
@@ -78,7 +97,7 @@ class Generator:
         """Logits [n, vocab] of the n sequences in the static buffers' first rows (padded rows point
         at the scratch page with length 0)."""
         b = self._bucket(n)
-        args = (self._tokens[:b], self._seqlens[:b], self._table[:b], self.cache)
+        args = (self._tokens[:b], self._seqlens[:b], self._table[:b], self.cache, self._num_splits)
         if not self.cuda_graphs:
             return self.model.decode(*args)[:n]
         if b not in self._graphs:
@@ -100,6 +119,11 @@ class Generator:
         self._table[:b].copy_(self.cache.block_table_rows([s.seq_id for s in running], b))
 
     def _prefill(self, joining: list[_Sequence], prompts: list[list[int]]) -> torch.Tensor:
+        """float32 logits [len(joining), vocab] after each prompt; one packed prefill, or with
+        batch_invariant one prefill a prompt (the kernels a prompt's rows take are then those it
+        takes alone)."""
+        if self.batch_invariant and len(joining) > 1:
+            return torch.cat([self._prefill([s], [p]) for s, p in zip(joining, prompts)])
         device = self.cache.k.device
         lengths = [len(p) for p in prompts]
         cu = torch.tensor([0] + lengths).cumsum(0)

@@ -156,7 +156,8 @@ class Llama(torch.nn.Module):
         pack_gate_up's block stays on fused_mlp, as before swiglu: the small test models have one
         (1000). A prompt's prefill rows still depend on what is packed with it (fused_mlp runs
         gemvs up to gemv.MAX_ROWS rows and gemm_pair above; cuBLAS picks its kernels by M), so a
-        prompt's greedy tokens batched and alone agree up to near-ties of the logits (test_llama).
+        prompt's greedy tokens batched and alone agree up to near-ties of the logits (test_llama;
+        Generator's batch_invariant prefills one prompt at a time instead).
         Measured against fused_mlp on an H200 (`ours_cublas_swiglu` in perf/cases_gemm_pair.py;
         docs/perf-notes.md, session 59): this route is faster at M = 16-32 and from 256 (up to
         15%; 3.6% at a 4096-token prefill), fused_mlp 4-5% faster at M = 64-128 (not switched)."""
@@ -265,17 +266,19 @@ class Llama(torch.nn.Module):
 
     @torch.inference_mode()
     def decode(self, tokens: torch.Tensor, cache_seqlens: torch.Tensor, block_table: torch.Tensor,
-               cache: PagedKVCache) -> torch.Tensor:
+               cache: PagedKVCache, num_splits: int = 0) -> torch.Tensor:
         """One token per sequence: tokens int64 [batch] at positions cache_seqlens (int32 [batch], the
         keys already cached), block_table int32 [batch, pages]. Appends each token's K and V to the
         cache and returns float32 logits [batch, vocab] (on every rank); the caller advances
-        cache_seqlens."""
+        cache_seqlens. num_splits: flash_decode's (0 its pick for the batch, -1 the same split of
+        each sequence in any batch: Generator's batch_invariant)."""
         b = tokens.shape[0]
 
         def attention(i, q, k, v):
             scales = dict(k_scale=cache.k_scale[i], v_scale=cache.v_scale[i]) if cache.fp8 else {}
             out, _ = flash_decode(q.unsqueeze(1), cache.k[i], cache.v[i], cache_seqlens, k.unsqueeze(1),
-                                  v.unsqueeze(1), block_table, self.rope_cos, self.rope_sin, **scales)
+                                  v.unsqueeze(1), block_table, self.rope_cos, self.rope_sin, num_splits=num_splits,
+                                  **scales)
             return out.view(b, *q.shape[1:])
 
         x = F.embedding(tokens, self.embed)
