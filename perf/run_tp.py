@@ -22,7 +22,10 @@ themselves (kind "pushed": PeerAllReduce.gemv; where the batch takes gemv, B <= 
 `step_us_no_allreduce`, with the all-reduces left out (wrong sums: timing only);
 `allreduce_us_per_step`, our step's time over that one (what the all-reduces cost it), and the
 same for the other ways (`allreduce_us_per_step_one_shot`, `_nccl`, `_folded`, `_pushed`);
-`allreduce_us_each` / `_one_shot` / `_nccl`, one all-reduce of [B, hidden] alone, in a graph of 64.
+`allreduce_us_each` / `_one_shot` / `_nccl`, one all-reduce of [B, hidden] alone, in a graph of 64;
+`step_us_ours_again`, our step timed once more after all the others: how far the run drifted
+between the first and the last timing (the same step read 1.5% apart in session 68), which bounds
+what a difference between the columns can mean.
 Timing is CUDA-graph replay of STEP_CALLS decode steps (prefill: eager calls), a fixed number of
 rounds on every rank (the ranks' collectives must pair up, so no rank may size its rounds from
 its own timings), median over rounds.
@@ -131,6 +134,7 @@ def decode_variants(model: Llama, batch: int) -> dict[str, float]:
     model.tp = _NoAllReduce(tp.rank, tp.world_size, tp.group)
     times["none"] = decode_us(model, batch)
     model.tp = tp
+    times["ours_again"] = decode_us(model, batch)  # the first timed again last: the run's drift
     times["each"] = all_reduce_us(tp, batch, hidden, torch.bfloat16)
     for kind, other in others.items():
         times[f"each_{kind}"] = all_reduce_us(other, batch, hidden, torch.bfloat16)
@@ -147,6 +151,8 @@ def tp_row(op: str, shape: dict, us: float, baselines: dict[str, float], ceil: d
     if times and "none" in times:
         m = r["metrics"]
         m["step_us_no_allreduce"] = round(times["none"], 1)
+        if "ours_again" in times:
+            m["step_us_ours_again"] = round(times["ours_again"], 1)
         m["allreduce_us_per_step"] = round(times["ours"] - times["none"], 1)
         for way in ("one_shot", "nccl", "folded", "pushed"):
             if way in times:
