@@ -51,7 +51,8 @@ def flash_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
             batch, heads and cache capacity; 1..128 forces it (the results agree within rounding);
             -1 picks the count 0 would for a batch of one, whatever the batch: each sequence's keys
             then split the same way in any batch, so its rows are the same bits batched or alone
-            (batch-invariant; more CTAs than 0 picks for large batches).
+            (batch-invariant; more CTAs than 0 picks for large batches), given the same cache
+            capacity or block-table width (the count depends on it) on the same GPU model.
         k_scale, v_scale: float32 ``[heads_kv]`` (one scale a kv head) or one element (one for
             all), positive, on q's device; only with an fp8 cache, which then holds ``k / k_scale``
             and ``v / v_scale`` (`quantize_kv`). The kernel dequantizes in registers (exactly:

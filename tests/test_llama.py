@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import cute_ops
 from cute_ops.models.llama import (Generator, Llama, LlamaConfig, OutOfPages, PageAllocator, PagedKVCache,
                                    SamplingParams, from_hf_state_dict, load_checkpoint, sample)
+from cute_ops.models.llama.parallel import TensorParallel
 from cute_ops.models.llama.weights import hf_shapes
 from cute_ops.rope import Llama3RopeScaling
 from conftest import assert_close_to_reference
@@ -377,37 +378,52 @@ def test_batch_invariant_generation_gives_each_prompt_its_alone_bits(monkeypatch
     # batch_invariant=True: every prompt's logits, at its prefill and at each decode step, are the
     # bits of the prompt generated alone, so its greedy tokens are equal, ties or not. Five prompts
     # join at once and run to the end (no stop token), so row i of every sample call is prompt i.
-    # The default's packed prefill (and batch-dependent split counts) must show some difference in
-    # the same comparison: without one, the check would be showing nothing.
+    # Two planted failures show the comparison can fail: the default (a packed prefill, and split
+    # counts by the batch) and the invariant mode with flash_decode's batch-dependent split count
+    # put back (its decode alone: at a batch of 8 the default splits the 700-token prompt's 12 key
+    # tiles 2 to a split, alone 1; the cache's 2048-key width allows 32 splits).
     model = _random_model()
-    prompts = [torch.randint(0, 1000, (n,)).tolist() for n in (5, 130, 17, 64, 1)]
-    cache = PagedKVCache.for_tokens(model.config, 5 * 200, page_size=16, max_seq_len=200)
+    prompts = [torch.randint(0, 1000, (n,)).tolist() for n in (5, 700, 17, 64, 1)]
+    cache = PagedKVCache.for_tokens(model.config, 5 * 800, page_size=16, max_seq_len=2048)
     steps = 24
-    runs = {}
-    for invariant in (True, False):
-        batched = _generate_recording_logits(monkeypatch, Generator(model, cache, 8, batch_invariant=invariant),
-                                             prompts, steps)
-        alone = [_generate_recording_logits(monkeypatch, Generator(model, cache, 1, batch_invariant=invariant),
-                                            [p], steps) for p in prompts]
-        runs[invariant] = batched, alone
-    (tokens, logits), alone = runs[True]
-    assert len(logits) == steps and all(len(t) == steps for t in tokens)
-    for i, (alone_tokens, alone_logits) in enumerate(alone):
-        assert tokens[i] == alone_tokens[0], f"prompt {i}: batched tokens are not its tokens alone"
-        for step, (row, own) in enumerate(zip(logits, alone_logits)):
-            assert torch.equal(row[i], own[0]), f"prompt {i}, step {step}: logits batched != alone"
-    (_, logits), alone = runs[False]
-    assert any(not torch.equal(row[i], own[0]) for i, (_, alone_logits) in enumerate(alone)
-               for row, own in zip(logits, alone_logits)), "the default's batching changed no bit: a check of nothing"
+
+    def run(invariant, splits=None):
+        def generator(max_batch):
+            g = Generator(model, cache, max_batch, batch_invariant=invariant)
+            if splits is not None:
+                g._num_splits = splits
+            return g
+        batched = _generate_recording_logits(monkeypatch, generator(8), prompts, steps)
+        alone = [_generate_recording_logits(monkeypatch, generator(1), [p], steps) for p in prompts]
+        return batched, alone
+
+    def differences(batched, alone):
+        (tokens, logits), out = batched, []
+        assert len(logits) == steps and all(len(t) == steps for t in tokens)
+        for i, (alone_tokens, alone_logits) in enumerate(alone):
+            out += [(i, step) for step, (row, own) in enumerate(zip(logits, alone_logits))
+                    if not torch.equal(row[i], own[0])]
+        return out
+
+    batched, alone = run(True)
+    for i, (alone_tokens, _) in enumerate(alone):
+        assert batched[0][i] == alone_tokens[0], f"prompt {i}: batched tokens are not its tokens alone"
+    assert not differences(batched, alone), "(prompt, step) where the logits batched != alone"
+    assert differences(*run(False)), "the default's batching changed no bit: a check of nothing"
+    decode_only = run(True, splits=0)[0]
+    assert differences(decode_only, alone), "flash_decode's split count by the batch changed no bit"
 
 
-def test_batch_invariant_generator_refuses_large_batches():
+def test_batch_invariant_generator_refusals():
     from types import SimpleNamespace
-    model, cache = SimpleNamespace(num_kv_heads=2), SimpleNamespace(k=torch.empty(1, 1, 16, 2, 64))
+    model, cache = SimpleNamespace(num_kv_heads=2, tp=TensorParallel()), SimpleNamespace(k=torch.empty(1, 1, 16, 2, 64))
     with pytest.raises(ValueError, match="batch_invariant needs max_batch <= 8"):
         Generator(model, cache, max_batch=9, batch_invariant=True)
     with pytest.raises(ValueError, match="max_batch must be >= 1"):
         Generator(model, cache, max_batch=0)
+    model.tp = TensorParallel(0, 2)
+    with pytest.raises(ValueError, match="batch_invariant is for one GPU"):
+        Generator(model, cache, max_batch=4, batch_invariant=True)
 
 
 @pytest.mark.gpu

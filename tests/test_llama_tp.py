@@ -377,7 +377,7 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
     # gemv decode steps' row-parallel gemvs pushing their rows themselves.
     kind = plant if plant in ("nccl", "one_shot", "pushed") else "auto"
     pushed_calls = []
-    if kind == "pushed":  # count the pushed gemvs: the way must have taken them
+    if kind in ("auto", "pushed"):  # count the pushed gemvs: the way must have taken them
         push = TensorParallel.pushed_gemv
 
         def counted(self, *args):
@@ -413,6 +413,12 @@ def _worker(rank: int, world: int, init: str, backend: str, cfg: LlamaConfig, sd
         tokens, _ = _greedy(model, device, cuda_graphs=backend == "nccl")
         if backend == "nccl" and kind == "pushed":
             assert pushed_calls, "no decode step's o or down gemv took TensorParallel.pushed_gemv"
+        if backend == "nccl" and kind == "auto":  # "auto" pushes at one row (AUTO_PUSH_MAX_ROWS) only
+            assert not pushed_calls, "auto pushed a gemv of several rows"
+            one = PagedKVCache.for_tokens(cfg, 64, page_size=16, max_seq_len=64, dtype=model.embed.dtype,
+                                          device=device, tp=tp)
+            Generator(model, one, max_batch=1).generate([list(range(3, 12))], 4, stop_tokens=())
+            assert pushed_calls, "no one-row decode step's o or down gemv took TensorParallel.pushed_gemv"
         if backend == "nccl" and kind in ("auto", "pushed"):  # the decode steps took the peer kernel, not NCCL's
             assert any(key[0] == "peer" for key in tp._buffers), "no all-reduce took PeerAllReduce"
         if backend == "nccl" and kind == "one_shot" and hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy_out"):

@@ -90,7 +90,8 @@ def main(argv=None) -> None:
                     help="the KV cache's dtype: the model's, or float8_e4m3fn (head_dim 128; scales 1.0)")
     ap.add_argument("--no-graphs", action="store_true", help="decode eagerly instead of replaying CUDA graphs")
     ap.add_argument("--batch-invariant", action="store_true",
-                    help="each sequence's logits the same bits whatever it is batched with (up to 8 prompts; slower)")
+                    help="each sequence's logits the same bits whatever it is batched with, so greedy tokens equal "
+                         "each prompt's alone (up to 8 prompts, one GPU; slower)")
     ap.add_argument("--tp", type=int, default=1,
                     help="tensor parallelism over this many GPUs (launch with torchrun --nproc-per-node N)")
     args = ap.parse_args(argv)

@@ -65,8 +65,8 @@ class _Sequence:
 class Generator:
     """Runs `model` over `cache` for batches of up to `max_batch` sequences. batch_invariant: each
     sequence's logits the same bits whatever it is batched with (the module docstring says how and
-    at what cost); greedy tokens then equal those of the prompt generated alone. It needs
-    max_batch <= gemv.MAX_ROWS (8)."""
+    at what cost); greedy tokens then equal those of the prompt generated alone (sampled ones not:
+    the batch shares the random draws). It needs max_batch <= gemv.MAX_ROWS (8) and one rank."""
 
     def __init__(self, model: Llama, cache: PagedKVCache, max_batch: int = 64, cuda_graphs: bool = True,
                  batch_invariant: bool = False):
@@ -75,6 +75,9 @@ class Generator:
                              f"{model.num_kv_heads}: build the cache with the model's tp (PagedKVCache(..., tp=model.tp))")
         if max_batch < 1:
             raise ValueError(f"Generator: max_batch must be >= 1, got {max_batch}")
+        if batch_invariant and model.tp.world_size > 1:
+            raise ValueError("Generator: batch_invariant is for one GPU (over several ranks the all-reduces' "
+                             "paths may change with the batch; not verified)")
         if batch_invariant and max_batch > GEMV_MAX_ROWS:
             raise ValueError(f"Generator: batch_invariant needs max_batch <= {GEMV_MAX_ROWS} (decode steps of gemvs "
                              f"only; larger batches run cuBLAS, whose kernels vary with the batch), got {max_batch}")
