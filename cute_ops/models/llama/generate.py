@@ -10,7 +10,8 @@ kernels are picked by the rows packed together (gemv or GEMMs, cuBLAS's by M), a
 split count by the batch, so greedy tokens batched and alone agree up to near-ties of the logits.
 `batch_invariant=True` makes them the same bits: each prompt prefilled on its own, decode batches
 of at most gemv.MAX_ROWS sequences (every projection a gemv, whose rows do not depend on the
-others), and flash_decode's batch-invariant split count (num_splits=-1)."""
+others), and flash_decode's batch-invariant split count (num_splits=-1). The cost: a prefill call
+a prompt, and decode attention over long caches in more CTAs than the default's at larger batches."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
