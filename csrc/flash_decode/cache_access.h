@@ -42,6 +42,29 @@ __device__ __forceinline__ SequenceExtent check_sequence(const FlashDecodeParams
   return {false, 0, 0};
 }
 
+// An L2 prefetch, before the wait on the previous kernel, of the lines this CTA reads first: its
+// sequence's length and, for a paged cache, the block-table entries of its first keys (slots 0-31,
+// and the line a split of a full table starts in: a guess, harmless when wrong). A prefetch only
+// moves a line from DRAM into L2, the point of coherence, so a write by the previous kernel is
+// still seen by the loads after the wait; what it saves is the DRAM trips of the chain length ->
+// table entry -> first K/V tile, which otherwise start only after the wait (docs/perf-notes.md,
+// session 69). Thread 0 of each CTA.
+__device__ __forceinline__ void prefetch_l2(const void* line) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+}
+
+__device__ __forceinline__ void prefetch_sequence_meta(const FlashDecodeParams& p, int bidb, int split,
+                                                       int block_n) {
+  prefetch_l2(p.cache_seqlens + bidb);
+  if (p.block_table == nullptr) return;
+  const int* row = p.block_table + bidb * p.block_table_stride;
+  prefetch_l2(row);
+  // Where split `split` would start if the sequence filled its table.
+  const long long tiles = (static_cast<long long>(p.max_pages) * p.page_size + block_n - 1) / block_n;
+  const long long slot = split * ((tiles + p.num_splits - 1) / p.num_splits) * block_n / p.page_size;
+  if (slot >= 32 && slot < p.max_pages) prefetch_l2(row + slot);
+}
+
 // A page number read from the block table must be a page of the cache.
 __device__ __forceinline__ bool page_ok(const FlashDecodeParams& p, int page) {
   return p.block_table == nullptr || (page >= 0 && page < p.num_pages);

@@ -44,6 +44,13 @@
 #define CUTE_OPS_DECODE_COMPACT 1
 #endif
 
+// 1 (an experiment, off by default): thread 0 of each CTA prefetches its sequence's length and
+// first block-table entries into L2 before the wait on the previous kernel
+// (cache_access.h, prefetch_sequence_meta).
+#ifndef CUTE_OPS_DECODE_PREFETCH_META
+#define CUTE_OPS_DECODE_PREFETCH_META 0
+#endif
+
 namespace cute_ops::decode {
 
 using namespace cute;
@@ -95,6 +102,9 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // have written q, k_new and v_new) has finished; the stream's next kernel may be scheduled from
   // here on (it waits for this grid's end before it reads anything).
   DECODE_TRACE(0);
+#if CUTE_OPS_DECODE_PREFETCH_META
+  if (tid == 0) prefetch_sequence_meta(p, bidb, split, kBlockN);
+#endif
   wait_for_previous_grid();
   allow_dependent_launch();
   DECODE_TRACE(1);
