@@ -44,11 +44,23 @@
 #define CUTE_OPS_DECODE_COMPACT 1
 #endif
 
-// 1 (an experiment, off by default): thread 0 of each CTA prefetches its sequence's length and
-// first block-table entries into L2 before the wait on the previous kernel
-// (cache_access.h, prefetch_sequence_meta).
+// 1 (the default): thread 0 of each CTA prefetches its sequence's length and first block-table
+// entries into L2 before the wait on the previous kernel (cache_access.h, prefetch_sequence_meta),
+// so the chain length -> table entry -> first tile meets L2, not DRAM, after the wait. One H200,
+// graph-replayed benchmark cases up to 16k keys (session 69): every case faster, median 0.976,
+// B 1 x 512 6.45 -> 6.10 us contiguous and 6.79 -> 6.33 paged; large caches 0.985-0.998.
+// 0: no prefetch, for A/Bs.
 #ifndef CUTE_OPS_DECODE_PREFETCH_META
-#define CUTE_OPS_DECODE_PREFETCH_META 0
+#define CUTE_OPS_DECODE_PREFETCH_META 1
+#endif
+// 1 (an experiment, off by default): warp 0 of each CTA of the first wave (block index below the
+// SM count) also guesses its first tile from the length and block table as they are before the
+// wait, and prefetches that tile's K and V lines into L2 (cache_access.h,
+// prefetch_first_tile_guess): the first tile then lands from L2 after the wait. Warp 0 waits for
+// the guessing loads before it reaches the wait, so a CTA that starts after the previous kernel
+// has ended pays them (hence the first wave only).
+#ifndef CUTE_OPS_DECODE_SPEC_FIRST_TILE
+#define CUTE_OPS_DECODE_SPEC_FIRST_TILE 0
 #endif
 
 namespace cute_ops::decode {
@@ -104,6 +116,14 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   DECODE_TRACE(0);
 #if CUTE_OPS_DECODE_PREFETCH_META
   if (tid == 0) prefetch_sequence_meta(p, bidb, split, kBlockN);
+#endif
+#if CUTE_OPS_DECODE_SPEC_FIRST_TILE
+  if (warp == 0) {
+    unsigned sms;
+    asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+    const unsigned linear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (linear < sms) prefetch_first_tile_guess<kBlockN, CacheElement, kHeadDim>(p, bidb, bidh_k, split, lane);
+  }
 #endif
   wait_for_previous_grid();
   allow_dependent_launch();
