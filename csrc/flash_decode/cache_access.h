@@ -43,8 +43,9 @@ __device__ __forceinline__ SequenceExtent check_sequence(const FlashDecodeParams
 }
 
 // An L2 prefetch, before the wait on the previous kernel, of the lines this CTA reads first: its
-// sequence's length and, for a paged cache, the block-table entries of its first keys (slots 0-31,
-// and the line a split of a full table starts in: a guess, harmless when wrong). A prefetch only
+// sequence's length and, for a paged cache, the block-table line holding slot 0 (slots 0-31 when
+// the row is 128-byte aligned) and the line a split of a full table starts in (a guess, harmless
+// when wrong; skipped below slot 32). A prefetch only
 // moves a line from DRAM into L2, the point of coherence, so a write by the previous kernel is
 // still seen by the loads after the wait; what it saves is the DRAM trips of the chain length ->
 // table entry -> first K/V tile, which otherwise start only after the wait (docs/perf-notes.md,
@@ -65,8 +66,10 @@ __device__ __forceinline__ void prefetch_sequence_meta(const FlashDecodeParams& 
   if (slot >= 32 && slot < p.max_pages) prefetch_l2(row + slot);
 }
 
-// A 32-bit load through L2 only (ld.global.cg): kept out of L1, so that a value read before the
-// wait on the previous kernel, which may be stale, is never what a load after the wait finds.
+// A 32-bit load through L2 (ld.global.cg; it compiles to a strong GPU-scope load that skips L1),
+// for values read before the wait on the previous kernel. Those may be stale, which is harmless
+// for what they do here: they only pick addresses to prefetch, each range-checked. The loads after
+// the wait see the previous kernel's writes by the wait's own guarantee, not by this cache hint.
 __device__ __forceinline__ int load_through_l2(const int* ptr) {
   int v;
   asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(ptr));

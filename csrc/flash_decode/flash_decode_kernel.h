@@ -53,8 +53,8 @@
 #ifndef CUTE_OPS_DECODE_PREFETCH_META
 #define CUTE_OPS_DECODE_PREFETCH_META 1
 #endif
-// 1 (an experiment, off by default): warp 0 of each CTA of the first wave (block index below the
-// SM count) also guesses its first tile from the length and block table as they are before the
+// 1 (an experiment, off by default): warp 0 of each CTA of the first wave (linear block index
+// below %nsmid, which bounds the SM ids: a heuristic; an fp8 cache's first wave is twice that) also guesses its first tile from the length and block table as they are before the
 // wait, and prefetches that tile's K and V lines into L2 (cache_access.h,
 // prefetch_first_tile_guess): the first tile then lands from L2 after the wait. Warp 0 waits for
 // the guessing loads before it reaches the wait, so a CTA that starts after the previous kernel
@@ -110,8 +110,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const int chunk_col = (tid % Traits::kChunksPerRow) * Traits::kElemsPerChunk;
   const int chunk_row = tid / Traits::kChunksPerRow;
 
-  // Nothing global is touched before the previous kernel (whatever ran before the op, which may
-  // have written q, k_new and v_new) has finished; the stream's next kernel may be scheduled from
+  // Nothing global is read for use before the previous kernel (whatever ran before the op, which
+  // may have written q, k_new and v_new) has finished: before the wait come only L2 prefetches
+  // (PREFETCH_META) and, with SPEC_FIRST_TILE, loads whose values only choose addresses to
+  // prefetch, each checked to lie inside the cache. The stream's next kernel may be scheduled from
   // here on (it waits for this grid's end before it reads anything).
   DECODE_TRACE(0);
 #if CUTE_OPS_DECODE_PREFETCH_META
