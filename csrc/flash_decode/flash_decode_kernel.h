@@ -62,6 +62,15 @@
 #ifndef CUTE_OPS_DECODE_SPEC_FIRST_TILE
 #define CUTE_OPS_DECODE_SPEC_FIRST_TILE 0
 #endif
+// 1 (an experiment, off by default): a paged cache's first 64 block-table entries are loaded
+// beside the length, not after it, so that the first slabs' addresses wait on one load, not two in
+// a row. Lost three A/Bs before PREFETCH_META (sessions 53-55, removed in ecebfc0); with the length
+// and table lines now in L2 after the wait, what is left of the paged gap at small caches (0.2-0.4
+// us) is about one L2 trip, which this takes off the chain. A split starting past slot 63 (long
+// caches) reloads its window from its own slot, as without the knob.
+#ifndef CUTE_OPS_DECODE_EARLY_PAGES
+#define CUTE_OPS_DECODE_EARLY_PAGES 0
+#endif
 
 namespace cute_ops::decode {
 
@@ -152,6 +161,10 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     k_scale = p.k_scale[bidh_k * p.kv_scale_stride];
     v_scale = p.v_scale[bidh_k * p.kv_scale_stride];
   }
+#if CUTE_OPS_DECODE_EARLY_PAGES
+  PageWindow pages;
+  pages.start(p, bidb, 0, lane);
+#endif
   const SequenceExtent extent = check_sequence(p, bidb, /*report=*/tid == 0);
   const int seqlen = extent.seqlen;
   // Keys below `cached` come from the cache; the new tokens' keys [cached, seqlen) from k_new/v_new.
@@ -185,8 +198,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // reading a stage and refilling it is time with fewer bytes in flight; the paged path's lookup
   // done there made paged caches 9% slower than contiguous ones at the same addresses (H200,
   // session 28).
+#if CUTE_OPS_DECODE_EARLY_PAGES
+  const int first_key = tile_begin * kBlockN + warp * Traits::kWarpKeys;
+  if (p.block_table != nullptr && first_key / p.page_size >= 64) pages.start(p, bidb, first_key, lane);  // warp-uniform
+#else
   PageWindow pages;
   pages.start(p, bidb, tile_begin * kBlockN + warp * Traits::kWarpKeys, lane);
+#endif
   // Warp w's K (is_value 0) or V (1) slab of ring stage `stage`.
   auto slab_at = [&](int stage, int is_value, int w) {
     return ring + ((stage * 2 + is_value) * kNWarps + w) * Traits::kSlabBytes;
