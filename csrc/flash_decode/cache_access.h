@@ -45,11 +45,10 @@ __device__ __forceinline__ SequenceExtent check_sequence(const FlashDecodeParams
 // An L2 prefetch, before the wait on the previous kernel, of the lines this CTA reads first: its
 // sequence's length and, for a paged cache, the block-table line holding slot 0 (slots 0-31 when
 // the row is 128-byte aligned) and the line a split of a full table starts in (a guess, harmless
-// when wrong; skipped below slot 32). A prefetch only
-// moves a line from DRAM into L2, the point of coherence, so a write by the previous kernel is
-// still seen by the loads after the wait; what it saves is the DRAM trips of the chain length ->
-// table entry -> first K/V tile, which otherwise start only after the wait (docs/perf-notes.md,
-// session 69). Thread 0 of each CTA.
+// when wrong; skipped below slot 32). A prefetch only moves a line from DRAM into L2, the point
+// of coherence, so a write by the previous kernel is still seen by the loads after the wait; what
+// it saves is the DRAM trips of the chain length -> table entry -> first K/V tile, which otherwise
+// start only after the wait (docs/perf-notes.md, session 69). Thread 0 of each CTA.
 __device__ __forceinline__ void prefetch_l2(const void* line) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
 }

@@ -54,9 +54,10 @@
 #define CUTE_OPS_DECODE_PREFETCH_META 1
 #endif
 // 1 (an experiment, off by default): warp 0 of each CTA of the first wave (linear block index
-// below %nsmid, which bounds the SM ids: a heuristic; an fp8 cache's first wave is twice that) also guesses its first tile from the length and block table as they are before the
-// wait, and prefetches that tile's K and V lines into L2 (cache_access.h,
-// prefetch_first_tile_guess): the first tile then lands from L2 after the wait. Warp 0 waits for
+// below %nsmid, which bounds the SM ids: a heuristic; an fp8 cache's first wave is twice that)
+// also guesses its first tile from the length and block table as they are before the wait, and
+// prefetches that tile's K and V lines into L2 (cache_access.h, prefetch_first_tile_guess): the
+// first tile then lands from L2 after the wait. Warp 0 waits for
 // the guessing loads before it reaches the wait, so a CTA that starts after the previous kernel
 // has ended pays them (hence the first wave only).
 #ifndef CUTE_OPS_DECODE_SPEC_FIRST_TILE
