@@ -18,6 +18,13 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 #endif
 }
 
+// An L2 prefetch of the 128-byte line holding `p`. Safe before wait_for_previous_grid(): it only
+// moves a line from DRAM into L2, the point of coherence, so the loads after the wait still see
+// what the previous kernel wrote; it starts a DRAM trip early without waiting for it.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");

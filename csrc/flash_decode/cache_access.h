@@ -2,6 +2,7 @@
 // Where key j of sequence b lives in the KV cache (contiguous or paged), and the device-side checks of lengths, pages and positions
 // that the host cannot make without a sync (reported through common/device_errors.h).
 #include "common/device_errors.h"
+#include "common/pdl.h"
 #include "flash_decode/flash_decode.h"
 
 namespace cute_ops::decode {
@@ -45,14 +46,9 @@ __device__ __forceinline__ SequenceExtent check_sequence(const FlashDecodeParams
 // An L2 prefetch, before the wait on the previous kernel, of the lines this CTA reads first: its
 // sequence's length and, for a paged cache, the block-table line holding slot 0 (slots 0-31 when
 // the row is 128-byte aligned) and the line a split of a full table starts in (a guess, harmless
-// when wrong; skipped below slot 32). A prefetch only moves a line from DRAM into L2, the point
-// of coherence, so a write by the previous kernel is still seen by the loads after the wait; what
-// it saves is the DRAM trips of the chain length -> table entry -> first K/V tile, which otherwise
-// start only after the wait (docs/perf-notes.md, session 69). Thread 0 of each CTA.
-__device__ __forceinline__ void prefetch_l2(const void* line) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-}
-
+// when wrong; skipped below slot 32). Safe before the wait (common/pdl.h, prefetch_l2); it saves
+// the DRAM trips of the chain length -> table entry -> first K/V tile, which otherwise start only
+// after the wait (docs/perf-notes.md, session 69). Thread 0 of each CTA.
 __device__ __forceinline__ void prefetch_sequence_meta(const FlashDecodeParams& p, int bidb, int split,
                                                        int block_n) {
   prefetch_l2(p.cache_seqlens + bidb);

@@ -263,7 +263,7 @@ __device__ __forceinline__ void prefetch_weight_step(const T* w, const UnitRows&
   const int col = step * kStepK + (c & 1) * 64;
   if (col < k) {
     const T* line = w + ((c & 2) ? rows.hi : rows.lo) * k + col;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+    prefetch_l2(line);
   }
 }
 #endif
