@@ -186,6 +186,25 @@ def test_cache_slots_and_block_table():
     assert table.tolist() == [[3, 0, 0, 0], [1, 2, 0, 0], [0, 0, 0, 0]]
 
 
+@pytest.mark.parametrize("dtype, d", [(torch.bfloat16, 64), (torch.float16, 128), (torch.float8_e4m3fn, 128),
+                                      (torch.bfloat16, 6)])
+def test_prefill_copies_kv_rows_into_their_slots(dtype, d):
+    # K's rows as the prefill has them (a column slice of qkv) into random slots: as int64 words where
+    # the layout allows, bytes otherwise (d = 6 bf16: 12-byte rows); every other slot untouched.
+    from cute_ops.models.llama.model import _as_words, _copy_rows
+    qkv = torch.randn(9, 7, d).to(dtype)
+    k = qkv[:, 4:6]
+    pages = torch.randn(30, 2, d).to(dtype)
+    before = pages.clone()
+    slots = torch.randperm(30)[:9]
+    assert (_as_words(k) is None) == (d == 6)
+    _copy_rows(pages, slots, k)
+    assert torch.equal(pages[slots].view(torch.uint8), k.contiguous().view(torch.uint8))
+    rest = torch.ones(30, dtype=torch.bool)
+    rest[slots] = False
+    assert torch.equal(pages[rest].view(torch.uint8), before[rest].view(torch.uint8))
+
+
 def test_sampling():
     logits = torch.tensor([[0.0, 3.0, 1.0, 2.9], [5.0, 0.0, 0.0, 0.0]])
     assert sample(logits, SamplingParams()).tolist() == [1, 0]
@@ -223,7 +242,31 @@ def _hf_models(cfg: LlamaConfig, sd, dtypes):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("tied", [False, True])
 def test_parity_with_transformers(dtype, tied):
-    cfg = _tiny(tied)
+    _check_parity_with_transformers(_tiny(tied), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("add_in_gemm", [True, False])
+def test_parity_with_transformers_through_cublas(monkeypatch, add_in_gemm):
+    # An intermediate size pack_gate_up's blocks divide: the packed prefill (138 rows, more than
+    # FUSED_MLP_MAX_ROWS) takes the cuBLAS MLP, with o's and down's residual add in cuBLAS's epilogue
+    # (Llama.add_in_gemm) or in the next norm; the last rows alone take fused_mlp and an add after it.
+    monkeypatch.setattr(Llama, "add_in_gemm", add_in_gemm)
+    _check_parity_with_transformers(_tiny(intermediate_size=1024), torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_planted_bug_in_the_epilogue_add_fails_parity(monkeypatch):
+    # The residual left out of rank 0's projection (F.linear in place of addmm_): the bound must catch it.
+    monkeypatch.setattr(Llama, "_add_projection", lambda self, residual, x, w: self.tp.all_reduce(F.linear(x, w)))
+    with pytest.raises(AssertionError, match="exceeds"):
+        _check_parity_with_transformers(_tiny(intermediate_size=1024), torch.bfloat16)
+
+
+def _check_parity_with_transformers(cfg: LlamaConfig, dtype: torch.dtype) -> None:
+    """Prefill logits of three packed prompts (every row, then each last row alone) and 32
+    teacher-forced decode steps against transformers' float64 run, bounded by its `dtype` run's
+    error (conftest.assert_close_to_reference)."""
     sd = _hf_state_dict(cfg)
     hf = _hf_models(cfg, sd, [torch.float64, dtype])
     ours = from_hf_state_dict(cfg, sd, dtype=dtype)

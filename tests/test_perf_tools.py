@@ -534,3 +534,11 @@ def test_llama_vs_baseline_kernel_span_counts_overlaps_once():
     kernels = [("a", 5, 30), ("b", 20, 60), ("c", 70, 105), ("d", 80, 90)]
     assert tool.kernel_span_us(kernels, steps=2) == 50.0
     assert tool.kernel_span_us([], steps=2) == 0.0
+
+
+# -- perf/tools/prefill_levers.py ------------------------------------------------------------------
+
+def test_prefill_levers_without_a_gpu_says_so(monkeypatch, capsys):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert _tool("prefill_levers").main(["--model"]) == 0
+    assert "no GPU here" in capsys.readouterr().out

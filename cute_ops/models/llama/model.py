@@ -2,7 +2,8 @@
 prefill (a packed batch of prompts, no padding) and decode (one token per sequence over the paged
 cache). The ops carry the work:
 
-    norm       rms_norm / fused_add_rms_norm (the residual add fused into the next norm)
+    norm       rms_norm, the residual add done by the projection before it (o's and down's
+               addmm_ into the residual stream: cuBLAS's epilogue adds it)
     qkv, o     F.linear over the concatenated q/k/v weights (cuBLAS), and o_proj
     prefill    rotary_embedding in place on q and k, K/V written into their pages, flash_fwd_varlen
     decode     flash_decode: RoPE of q and k_new, the append into the pages and attention, one kernel
@@ -40,6 +41,27 @@ SUPPORTED_HEAD_DIMS = (64, 128)
 FUSED_MLP_MAX_ROWS = GEMV_MAX_ROWS
 
 
+# Rows copied as 8-byte words where both sides allow (prefill's K/V write into the pages): index_copy_
+# over 2-byte elements took 13.8 us at 4096 x 8 x 128 bf16 on an H200, over int64 words 10.5.
+COPY_AS_WORDS = True
+
+
+def _as_words(t: torch.Tensor) -> torch.Tensor | None:
+    """t viewed as int64 words along its last dim, or None where its layout does not allow it."""
+    r = 8 // t.element_size()
+    ok = t.shape[-1] % r == 0 and t.stride(-1) == 1 and t.storage_offset() % r == 0 and \
+        all(s % r == 0 for s in t.stride()[:-1])
+    return t.view(torch.int64) if ok else None
+
+
+def _copy_rows(pages: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> None:
+    """pages[slots] = rows, as bytes (rows' dtype: pages' or, for an fp8 cache, its bytes')."""
+    dst, src = (_as_words(pages), _as_words(rows)) if COPY_AS_WORDS else (None, None)
+    if dst is None or src is None:
+        dst, src = (pages, rows) if pages.dtype == rows.dtype else (pages.view(torch.uint8), rows.view(torch.uint8))
+    dst.index_copy_(0, slots, src)
+
+
 class LlamaLayer(torch.nn.Module):
     """One layer's weights as this rank holds them: its query and kv heads' rows of q/k/v and
     columns of o, its slice of the MLP's intermediate size (all of them on one rank)."""
@@ -70,6 +92,11 @@ class Llama(torch.nn.Module):
     # False (the default: faster as measured, docs/perf-notes.md) calls NCCL's all-reduce between
     # plain gemvs.
     fold_all_reduce = False
+    # True: above the gemv sizes, o's and down's residual add runs in cuBLAS's epilogue (addmm_,
+    # beta 1, into the residual stream in place), and the norms after them read the sum alone
+    # (rms_norm: half fused_add_rms_norm's bytes). False: the projections' outputs, added by the
+    # next fused_add_rms_norm. For A/Bs (perf/tools/prefill_levers.py).
+    add_in_gemm = True
 
     def __init__(self, config: LlamaConfig, dtype: torch.dtype = torch.bfloat16, device="cuda",
                  tp: TensorParallel | None = None):
@@ -161,15 +188,50 @@ class Llama(torch.nn.Module):
         Measured against fused_mlp on an H200 (`ours_cublas_swiglu` in perf/cases_gemm_pair.py;
         docs/perf-notes.md, session 59): this route is faster at M = 16-32 and from 256 (up to
         15%; 3.6% at a 4096-token prefill), fused_mlp 4-5% faster at M = 64-128 (not switched)."""
-        if h.shape[0] <= FUSED_MLP_MAX_ROWS or layer.w_down.shape[1] % GATE_BLOCK:
+        if self._mlp_is_fused(h, layer):
             return fused_mlp(h, layer.w_gate_up, layer.w_down)
         return F.linear(swiglu(F.linear(h, layer.w_gate_up)), layer.w_down)
+
+    @staticmethod
+    def _mlp_is_fused(h: torch.Tensor, layer: LlamaLayer) -> bool:
+        """Whether h's MLP runs as fused_mlp (see _mlp), not through cuBLAS."""
+        return h.shape[0] <= FUSED_MLP_MAX_ROWS or layer.w_down.shape[1] % GATE_BLOCK != 0
 
     def _layers(self, x: torch.Tensor, attention, keep_rows: torch.Tensor | None = None) -> torch.Tensor:
         """The decoder stack over hidden states x [tokens, hidden]; attention(i, q, k, v) -> [tokens,
         heads, head_dim]. Returns the final norm's output, of the rows `keep_rows` only when given:
         the last layer then runs its o projection and MLP on those rows alone (every row's K and V
         are still made and cached; past the last attention a row feeds only its own logits)."""
+        if not self.add_in_gemm:
+            return self._layers_added_by_norms(x, attention, keep_rows)
+        residual, eps, last = x, self.config.rms_norm_eps, len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            # The residual stream: x (the embedding's output, this pass's own) updated in place.
+            h = rms_norm(residual, layer.attn_norm, eps)
+            q, k, v = self._split_qkv(F.linear(h, layer.wqkv), h.shape[:-1])
+            out = attention(i, q, k, v).flatten(-2)
+            if keep_rows is not None and i == last:
+                out, residual = out[keep_rows], residual[keep_rows]
+            residual = self._add_projection(residual, out, layer.wo)
+            residual = self._add_mlp(residual, rms_norm(residual, layer.mlp_norm, eps), layer)
+        return rms_norm(residual, self.norm, eps)
+
+    def _add_projection(self, residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """residual + x @ weight.T, summed over the ranks: the add in rank 0's cuBLAS epilogue (in
+        place), the other ranks' partial sums all-reduced into it. Returns the residual stream."""
+        return self.tp.all_reduce(residual.addmm_(x, weight.t()) if self.tp.rank == 0 else F.linear(x, weight))
+
+    def _add_mlp(self, residual: torch.Tensor, h: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
+        """residual + MLP(h) over the ranks, by _mlp's route: down's add in its epilogue on the
+        cuBLAS route; an add after fused_mlp (at most FUSED_MLP_MAX_ROWS rows, or an intermediate
+        size pack_gate_up's blocks do not divide)."""
+        if self._mlp_is_fused(h, layer):
+            out = fused_mlp(h, layer.w_gate_up, layer.w_down)
+            return self.tp.all_reduce(residual.add_(out) if self.tp.rank == 0 else out)
+        return self._add_projection(residual, swiglu(F.linear(h, layer.w_gate_up)), layer.w_down)
+
+    def _layers_added_by_norms(self, x: torch.Tensor, attention, keep_rows: torch.Tensor | None) -> torch.Tensor:
+        """_layers with add_in_gemm False: each residual add in the next fused_add_rms_norm."""
         residual, mlp_out, eps, tp = x, None, self.config.rms_norm_eps, self.tp
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
@@ -253,12 +315,11 @@ class Llama(torch.nn.Module):
             rotary_embedding(q, k, positions, self.cos_sin)
             k_pages = cache.k[i].view(-1, *k.shape[1:])
             v_pages = cache.v[i].view(-1, *v.shape[1:])
-            if cache.fp8:  # stored quantized, as flash_decode's append does; copied as bytes
-                k_pages.view(torch.uint8).index_copy_(0, slots, quantize_kv(k, cache.k_scale[i]).view(torch.uint8))
-                v_pages.view(torch.uint8).index_copy_(0, slots, quantize_kv(v, cache.v_scale[i]).view(torch.uint8))
-            else:
-                k_pages.index_copy_(0, slots, k)
-                v_pages.index_copy_(0, slots, v)
+            # Stored quantized in an fp8 cache, as flash_decode's append does; attended as they are.
+            k_rows, v_rows = (k, v) if not cache.fp8 else \
+                (quantize_kv(k, cache.k_scale[i]), quantize_kv(v, cache.v_scale[i]))
+            _copy_rows(k_pages, slots, k_rows)
+            _copy_rows(v_pages, slots, v_rows)
             return flash_fwd_varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, causal=True)[0]
 
         h = self._layers(F.embedding(tokens, self.embed), attention, keep_rows=logits_rows)
