@@ -61,57 +61,6 @@ __device__ __forceinline__ void prefetch_sequence_meta(const FlashDecodeParams& 
   if (slot >= 32 && slot < p.max_pages) prefetch_l2(row + slot);
 }
 
-// A 32-bit load through L2 (ld.global.cg; it compiles to a strong GPU-scope load that skips L1),
-// for values read before the wait on the previous kernel. Those may be stale, which is harmless
-// for what they do here: they only pick addresses to prefetch, each range-checked. The loads after
-// the wait see the previous kernel's writes by the wait's own guarantee, not by this cache hint.
-__device__ __forceinline__ int load_through_l2(const int* ptr) {
-  int v;
-  asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(ptr));
-  return v;
-}
-
-// CUTE_OPS_DECODE_SPEC_FIRST_TILE (flash_decode_kernel.h): one warp, before the wait on the
-// previous kernel, guesses where this CTA's first tile lies from the length and block table as they
-// are now (the previous kernel may still change them) and prefetches the tile's K and V lines of
-// this kv head into L2. Only a guess of addresses: the loads after the wait read the real lengths
-// and pages, and a wrong guess costs DRAM bytes, not results. Every address stays inside the cache
-// (lengths within capacity, pages within the pool), so no guess reaches outside it.
-template <int kBlockN, typename CacheElement, int kHeadDim>
-__device__ __forceinline__ void prefetch_first_tile_guess(const FlashDecodeParams& p, int bidb, int bidh_k, int split,
-                                                          int lane) {
-  constexpr int kLinesPerRow = (kHeadDim * static_cast<int>(sizeof(CacheElement)) + 127) / 128;
-  constexpr int kIters = (kBlockN * kLinesPerRow + 31) / 32;
-  const long long capacity = static_cast<long long>(p.max_pages) * p.page_size;
-  const int cached = load_through_l2(p.cache_seqlens + bidb);
-  if (cached <= 0 || cached > capacity) return;
-  const long long n_tiles = (static_cast<long long>(cached) + p.seqlen_new + kBlockN - 1) / kBlockN;
-  const long long key0 = split * ((n_tiles + p.num_splits - 1) / p.num_splits) * kBlockN;
-  int page[kIters], row[kIters];
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {  // the table's loads first, all in flight together
-    const long long key = key0 + (it * 32 + lane) / kLinesPerRow;
-    page[it] = -1, row[it] = 0;
-    if (key >= cached) continue;
-    if (p.block_table == nullptr) {
-      page[it] = bidb, row[it] = static_cast<int>(key);
-    } else {
-      const int slot = static_cast<int>(key / p.page_size);
-      page[it] = load_through_l2(p.block_table + bidb * p.block_table_stride + slot);
-      row[it] = static_cast<int>(key - static_cast<long long>(slot) * p.page_size);
-    }
-  }
-  const CacheElement* k_head = static_cast<const CacheElement*>(p.k_cache) + bidh_k * p.k_head_stride;
-  const CacheElement* v_head = static_cast<const CacheElement*>(p.v_cache) + bidh_k * p.v_head_stride;
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    if (page[it] < 0 || page[it] >= p.num_pages) continue;
-    const int line = ((it * 32 + lane) % kLinesPerRow) * 128;
-    prefetch_l2(reinterpret_cast<const char*>(k_head + page[it] * p.k_page_stride + row[it] * p.k_row_stride) + line);
-    prefetch_l2(reinterpret_cast<const char*>(v_head + page[it] * p.v_page_stride + row[it] * p.v_row_stride) + line);
-  }
-}
-
 // A page number read from the block table must be a page of the cache.
 __device__ __forceinline__ bool page_ok(const FlashDecodeParams& p, int page) {
   return p.block_table == nullptr || (page >= 0 && page < p.num_pages);

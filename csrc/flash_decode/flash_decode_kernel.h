@@ -53,25 +53,6 @@
 #ifndef CUTE_OPS_DECODE_PREFETCH_META
 #define CUTE_OPS_DECODE_PREFETCH_META 1
 #endif
-// 1 (an experiment, off by default): warp 0 of each CTA of the first wave (linear block index
-// below %nsmid, which bounds the SM ids: a heuristic; an fp8 cache's first wave is twice that)
-// also guesses its first tile from the length and block table as they are before the wait, and
-// prefetches that tile's K and V lines into L2 (cache_access.h, prefetch_first_tile_guess): the
-// first tile then lands from L2 after the wait. Warp 0 waits for
-// the guessing loads before it reaches the wait, so a CTA that starts after the previous kernel
-// has ended pays them (hence the first wave only).
-#ifndef CUTE_OPS_DECODE_SPEC_FIRST_TILE
-#define CUTE_OPS_DECODE_SPEC_FIRST_TILE 0
-#endif
-// 1 (an experiment, off by default): a paged cache's first 64 block-table entries are loaded
-// beside the length, not after it, so that the first slabs' addresses wait on one load, not two in
-// a row. Lost three A/Bs before PREFETCH_META (sessions 53-55, removed in ecebfc0); with the length
-// and table lines now in L2 after the wait, what is left of the paged gap at small caches (0.2-0.4
-// us) is about one L2 trip, which this takes off the chain. A split starting past slot 63 (long
-// caches) reloads its window from its own slot, as without the knob.
-#ifndef CUTE_OPS_DECODE_EARLY_PAGES
-#define CUTE_OPS_DECODE_EARLY_PAGES 0
-#endif
 
 namespace cute_ops::decode {
 
@@ -120,22 +101,13 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   const int chunk_col = (tid % Traits::kChunksPerRow) * Traits::kElemsPerChunk;
   const int chunk_row = tid / Traits::kChunksPerRow;
 
-  // Nothing global is read for use before the previous kernel (whatever ran before the op, which
-  // may have written q, k_new and v_new) has finished: before the wait come only L2 prefetches
-  // (PREFETCH_META) and, with SPEC_FIRST_TILE, loads whose values only choose addresses to
-  // prefetch, each checked to lie inside the cache. The stream's next kernel may be scheduled from
-  // here on (it waits for this grid's end before it reads anything).
+  // Nothing global is read before the previous kernel (whatever ran before the op, which may
+  // have written q, k_new and v_new) has finished: before the wait come only L2 prefetches
+  // (PREFETCH_META). The stream's next kernel may be scheduled from here on (it waits for this
+  // grid's end before it reads anything).
   DECODE_TRACE(0);
 #if CUTE_OPS_DECODE_PREFETCH_META
   if (tid == 0) prefetch_sequence_meta(p, bidb, split, kBlockN);
-#endif
-#if CUTE_OPS_DECODE_SPEC_FIRST_TILE
-  if (warp == 0) {
-    unsigned sms;
-    asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
-    const unsigned linear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    if (linear < sms) prefetch_first_tile_guess<kBlockN, CacheElement, kHeadDim>(p, bidb, bidh_k, split, lane);
-  }
 #endif
   wait_for_previous_grid();
   allow_dependent_launch();
@@ -162,10 +134,6 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
     k_scale = p.k_scale[bidh_k * p.kv_scale_stride];
     v_scale = p.v_scale[bidh_k * p.kv_scale_stride];
   }
-#if CUTE_OPS_DECODE_EARLY_PAGES
-  PageWindow pages;
-  pages.start(p, bidb, 0, lane);
-#endif
   const SequenceExtent extent = check_sequence(p, bidb, /*report=*/tid == 0);
   const int seqlen = extent.seqlen;
   // Keys below `cached` come from the cache; the new tokens' keys [cached, seqlen) from k_new/v_new.
@@ -199,13 +167,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) flash_decode_kernel(const _
   // reading a stage and refilling it is time with fewer bytes in flight; the paged path's lookup
   // done there made paged caches 9% slower than contiguous ones at the same addresses (H200,
   // session 28).
-#if CUTE_OPS_DECODE_EARLY_PAGES
-  const int first_key = tile_begin * kBlockN + warp * Traits::kWarpKeys;
-  if (p.block_table != nullptr && first_key / p.page_size >= 64) pages.start(p, bidb, first_key, lane);  // warp-uniform
-#else
   PageWindow pages;
   pages.start(p, bidb, tile_begin * kBlockN + warp * Traits::kWarpKeys, lane);
-#endif
   // Warp w's K (is_value 0) or V (1) slab of ring stage `stage`.
   auto slab_at = [&](int stage, int is_value, int w) {
     return ring + ((stage * 2 + is_value) * kNWarps + w) * Traits::kSlabBytes;
