@@ -199,6 +199,9 @@ def test_prefill_copies_kv_rows_into_their_slots(dtype, d):
     slots = torch.randperm(30)[:9]
     assert (_as_words(k) is None) == (d == 6)
     _copy_rows(pages, slots, k)
+    if dtype != torch.float16:  # rows of another dtype than the cache's: refused, not reinterpreted
+        with pytest.raises(ValueError, match="K/V rows of dtype .* for a cache of"):
+            _copy_rows(pages, slots, k.to(torch.float16))
     assert torch.equal(pages[slots].view(torch.uint8), k.contiguous().view(torch.uint8))
     rest = torch.ones(30, dtype=torch.bool)
     rest[slots] = False
@@ -257,8 +260,15 @@ def test_parity_with_transformers_through_cublas(monkeypatch, add_in_gemm):
 
 @pytest.mark.gpu
 def test_planted_bug_in_the_epilogue_add_fails_parity(monkeypatch):
-    # The residual left out of rank 0's projection (F.linear in place of addmm_): the bound must catch it.
-    monkeypatch.setattr(Llama, "_add_projection", lambda self, residual, x, w: self.tp.all_reduce(F.linear(x, w)))
+    # The residual left out of the down projection's epilogue add on the cuBLAS route only (F.linear
+    # in place of addmm_; o's add kept): the bound must catch it.
+    add = Llama._add_projection
+
+    def dropped(self, residual, x, weight):
+        if weight.shape[1] == self.config.intermediate_size:  # w_down: [hidden, intermediate]
+            return self.tp.all_reduce(F.linear(x, weight))
+        return add(self, residual, x, weight)
+    monkeypatch.setattr(Llama, "_add_projection", dropped)
     with pytest.raises(AssertionError, match="exceeds"):
         _check_parity_with_transformers(_tiny(intermediate_size=1024), torch.bfloat16)
 
@@ -470,12 +480,15 @@ def test_batch_invariant_generator_refusals():
 
 
 @pytest.mark.gpu
-def test_graph_decode_equals_eager_decode():
-    model = _random_model()
-    prompts = [torch.randint(0, 1000, (n,)).tolist() for n in (9, 40, 3)]
-    cache = PagedKVCache.for_tokens(model.config, 3 * 100, page_size=16, max_seq_len=100)
-    graphs = Generator(model, cache, max_batch=4, cuda_graphs=True).generate(prompts, 20, stop_tokens=())
-    eager = Generator(model, cache, max_batch=4, cuda_graphs=False).generate(prompts, 20, stop_tokens=())
+@pytest.mark.parametrize("intermediate, batch", [(1000, 3), (1024, 12)], ids=["gemv_steps", "cublas_steps"])
+def test_graph_decode_equals_eager_decode(intermediate, batch):
+    # 12 sequences: past the gemv steps' 8 rows, the captured step runs _layers (cuBLAS, the
+    # residual adds in its epilogue in place on the captured embedding's output).
+    model = _random_model(_tiny(intermediate_size=intermediate))
+    prompts = [torch.randint(0, 1000, (n,)).tolist() for n in ((9, 40, 3) * 4)[:batch]]
+    cache = PagedKVCache.for_tokens(model.config, batch * 100, page_size=16, max_seq_len=100)
+    graphs = Generator(model, cache, max_batch=16, cuda_graphs=True).generate(prompts, 20, stop_tokens=())
+    eager = Generator(model, cache, max_batch=16, cuda_graphs=False).generate(prompts, 20, stop_tokens=())
     assert graphs == eager and all(len(o) == 20 for o in graphs)
 
 

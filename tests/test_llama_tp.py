@@ -284,7 +284,7 @@ def _use_reference_ops(set_attr=setattr) -> None:
                      ("rotary_embedding", rotary_embedding),
                      ("flash_fwd_varlen", lambda q, k, v, cu_q, cu_k, max_q, max_k, causal: ref.attention_varlen(
                          q, k, v, cu_q, cu_k, causal=causal)),
-                     ("flash_decode", flash_decode), ("gemv", ref.gemv),
+                     ("flash_decode", flash_decode), ("gemv", ref.gemv), ("swiglu", ref.swiglu),
                      ("fused_mlp", lambda x, w_gate_up, w_down: ref.gemm_pair(x, w_gate_up, w_down, "swiglu"))):
         set_attr(model, name, op)
 
@@ -489,10 +489,13 @@ def _check_against_one_rank(result, one: tuple, ref: list[torch.Tensor], low: li
     _assert_same_greedy_tokens(tokens, one[1], one[2], tol)
 
 
-def test_two_ranks_on_cpu_match_one(tmp_path, monkeypatch):
-    """gloo, reference ops: TP=2 against TP=1 (both against float64)."""
+@pytest.mark.parametrize("intermediate", [1056, 2048], ids=["fused_mlp", "cublas_mlp"])
+def test_two_ranks_on_cpu_match_one(tmp_path, monkeypatch, intermediate):
+    """gloo, reference ops: TP=2 against TP=1 (both against float64). A rank's 1024 of 2048 takes
+    the MLP's cuBLAS route past 8 rows (rank 0's down adds the residual in its epilogue), 528 of
+    1056 fused_mlp's."""
     _use_reference_ops(monkeypatch.setattr)
-    cfg = _cfg()
+    cfg = _cfg(intermediate_size=intermediate)
     sd = _state_dict(cfg)
     one, ref = _one_rank_on_cpu(cfg, sd)
     _check_against_one_rank(_run_ranks(tmp_path, 2, "gloo", cfg, sd), one, ref, one[0])

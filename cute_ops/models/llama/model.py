@@ -2,8 +2,8 @@
 prefill (a packed batch of prompts, no padding) and decode (one token per sequence over the paged
 cache). The ops carry the work:
 
-    norm       rms_norm, the residual add done by the projection before it (o's and down's
-               addmm_ into the residual stream: cuBLAS's epilogue adds it)
+    norm       rms_norm; the residual add before it runs in cuBLAS's epilogue (o's and down's
+               addmm_ into the residual stream), or after fused_mlp where the MLP takes it
     qkv, o     F.linear over the concatenated q/k/v weights (cuBLAS), and o_proj
     prefill    rotary_embedding in place on q and k, K/V written into their pages, flash_fwd_varlen
     decode     flash_decode: RoPE of q and k_new, the append into the pages and attention, one kernel
@@ -42,7 +42,8 @@ FUSED_MLP_MAX_ROWS = GEMV_MAX_ROWS
 
 
 # Rows copied as 8-byte words where both sides allow (prefill's K/V write into the pages): index_copy_
-# over 2-byte elements took 13.8 us at 4096 x 8 x 128 bf16 on an H200, over int64 words 10.5.
+# of 4096 rows of 8 x 128 bf16 took 16.5 us over 2-byte elements, 11.0 over int64 words (H200,
+# perf/tools/prefill_levers.py). False: elements (bytes for an fp8 cache), for A/Bs.
 COPY_AS_WORDS = True
 
 
@@ -55,10 +56,13 @@ def _as_words(t: torch.Tensor) -> torch.Tensor | None:
 
 
 def _copy_rows(pages: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> None:
-    """pages[slots] = rows, as bytes (rows' dtype: pages' or, for an fp8 cache, its bytes')."""
+    """pages[slots] = rows, rows of pages' own dtype, copied as words where the layouts allow."""
+    if rows.dtype != pages.dtype:
+        raise ValueError(f"Llama.prefill: K/V rows of dtype {rows.dtype} for a cache of {pages.dtype} (the cache's "
+                         f"dtype must be the model's, or float8_e4m3fn)")
     dst, src = (_as_words(pages), _as_words(rows)) if COPY_AS_WORDS else (None, None)
-    if dst is None or src is None:
-        dst, src = (pages, rows) if pages.dtype == rows.dtype else (pages.view(torch.uint8), rows.view(torch.uint8))
+    if dst is None or src is None:  # index_copy_ has no float8 kernels: an fp8 cache's rows as bytes
+        dst, src = (pages.view(torch.uint8), rows.view(torch.uint8)) if pages.element_size() == 1 else (pages, rows)
     dst.index_copy_(0, slots, src)
 
 
@@ -92,10 +96,11 @@ class Llama(torch.nn.Module):
     # False (the default: faster as measured, docs/perf-notes.md) calls NCCL's all-reduce between
     # plain gemvs.
     fold_all_reduce = False
-    # True: above the gemv sizes, o's and down's residual add runs in cuBLAS's epilogue (addmm_,
-    # beta 1, into the residual stream in place), and the norms after them read the sum alone
-    # (rms_norm: half fused_add_rms_norm's bytes). False: the projections' outputs, added by the
-    # next fused_add_rms_norm. For A/Bs (perf/tools/prefill_levers.py).
+    # True: in _layers (prefill, and decode batches past the gemv sizes) o's residual add, and
+    # down's on the MLP's cuBLAS route, run in cuBLAS's epilogue (addmm_, beta 1, into the residual
+    # stream in place; fused_mlp's output is added after it), and the norms after them read the
+    # sum alone (rms_norm: half fused_add_rms_norm's bytes). False: the projections' outputs, added
+    # by the next fused_add_rms_norm. For A/Bs (perf/tools/prefill_levers.py).
     add_in_gemm = True
 
     def __init__(self, config: LlamaConfig, dtype: torch.dtype = torch.bfloat16, device="cuda",
@@ -206,7 +211,8 @@ class Llama(torch.nn.Module):
             return self._layers_added_by_norms(x, attention, keep_rows)
         residual, eps, last = x, self.config.rms_norm_eps, len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            # The residual stream: x (the embedding's output, this pass's own) updated in place.
+            # The residual stream: x (the embedding's output, this pass's own), updated in place on
+            # rank 0; the other ranks take the all-reduce's output.
             h = rms_norm(residual, layer.attn_norm, eps)
             q, k, v = self._split_qkv(F.linear(h, layer.wqkv), h.shape[:-1])
             out = attention(i, q, k, v).flatten(-2)
