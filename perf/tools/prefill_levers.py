@@ -32,22 +32,18 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import cute_ops  # noqa: E402
+from harness import time_eager_us  # noqa: E402
 from cute_ops.norm import fused_add_rms_norm, rms_norm  # noqa: E402
 
 H, INTER, HQ, HKV, D = 4096, 14336, 32, 8, 128
 
 
 def timed(fns, calls: int) -> float:
-    """us a call: `calls` calls cycling over fns between two events."""
+    """us a call: `calls` calls cycling over fns between two events (one round of the harness's
+    eager timing), after one call of each."""
     for fn in fns:
         fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for i in range(calls):
-        fns[i % len(fns)]()
-    end.record()
-    end.synchronize()
-    return 1e3 * start.elapsed_time(end) / calls
+    return time_eager_us(fns, calls, replays=1)[0]
 
 
 def rounds(cases: dict[str, list], n: int, calls: int) -> dict[str, list[float]]:
