@@ -249,12 +249,10 @@ def test_parity_with_transformers(dtype, tied):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("add_in_gemm", [True, False])
-def test_parity_with_transformers_through_cublas(monkeypatch, add_in_gemm):
+def test_parity_with_transformers_through_cublas():
     # An intermediate size pack_gate_up's blocks divide: the packed prefill (138 rows, more than
-    # FUSED_MLP_MAX_ROWS) takes the cuBLAS MLP, with o's and down's residual add in cuBLAS's epilogue
-    # (Llama.add_in_gemm) or in the next norm; the last rows alone take fused_mlp and an add after it.
-    monkeypatch.setattr(Llama, "add_in_gemm", add_in_gemm)
+    # FUSED_MLP_MAX_ROWS) takes the cuBLAS MLP, with o's and down's residual add in cuBLAS's
+    # epilogue; the last rows alone take fused_mlp and an add after it.
     _check_parity_with_transformers(_tiny(intermediate_size=1024), torch.bfloat16)
 
 
@@ -597,7 +595,7 @@ def test_bad_generation_inputs():
 @pytest.mark.gpu
 @pytest.mark.parametrize("inter", [256, 1024])
 def test_prefill_mlp_through_cublas_matches_the_unpacked_math(inter):
-    # Batches of more than FUSED_MLP_MAX_ROWS rows take the cuBLAS path (Llama._mlp) on the packed weights, with
+    # Batches of more than FUSED_MLP_MAX_ROWS rows take the cuBLAS path (Llama._add_mlp) on the packed weights, with
     # swiglu between the two matmuls: it must pair each gate column with its own up column (partial last blocks of
     # pack_gate_up: tests/test_swiglu.py).
     from cute_ops.models.llama.model import FUSED_MLP_MAX_ROWS
@@ -612,7 +610,8 @@ def test_prefill_mlp_through_cublas_matches_the_unpacked_math(inter):
         return F.linear(F.silu(F.linear(x, g)) * F.linear(x, u), d)
 
     with torch.inference_mode():
-        out = model._mlp(h.bfloat16(), model.layers[0])
+        x = h.bfloat16()
+        out = model._add_mlp(torch.zeros_like(x), x, model.layers[0])  # a zero residual: the MLP alone
     assert_close_to_reference(out, mlp(h, torch.float64), mlp(h, torch.bfloat16), k=2)
 
 

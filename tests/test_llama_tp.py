@@ -257,16 +257,11 @@ def test_random_sharded_weights():
 # ---------------------------------------------------------------- the sharded forward
 def _use_reference_ops(set_attr=setattr) -> None:
     """Swap the model's GPU ops for cute_ops.reference (plain PyTorch, any device), keeping the
-    ops' in-place effects (the residual of fused_add_rms_norm, RoPE on q and k, the cache append).
+    ops' in-place effects (RoPE on q and k, the cache append).
     set_attr: monkeypatch.setattr in the test process (undone after the test), setattr in a rank's
     own process."""
     from cute_ops import reference as ref
     from cute_ops.models.llama import model
-
-    def fused_add_rms_norm(x, residual, weight, eps):
-        out, new = ref.fused_add_rms_norm(x, residual, weight, eps)
-        residual.copy_(new)
-        return out
 
     def rotary_embedding(q, k, positions, cos_sin):
         q_rot, k_rot = ref.rotary_embedding(q, k, positions, cos_sin)
@@ -280,7 +275,7 @@ def _use_reference_ops(set_attr=setattr) -> None:
         v_cache.copy_(v_after)
         return out.to(q.dtype), lse
 
-    for name, op in (("rms_norm", ref.rms_norm), ("fused_add_rms_norm", fused_add_rms_norm),
+    for name, op in (("rms_norm", ref.rms_norm),
                      ("rotary_embedding", rotary_embedding),
                      ("flash_fwd_varlen", lambda q, k, v, cu_q, cu_k, max_q, max_k, causal: ref.attention_varlen(
                          q, k, v, cu_q, cu_k, causal=causal)),

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The LLaMA prefill's non-GEMM costs, lever by lever (issue 13's prefill 1.2x at B = 8 x 512):
 what each one would move, timed in one process in rounds (forward, then backward: an H200 under
-GEMM load sits at its power cap and its clock moves between configs), then, with --model, the
-model's prefill (and a B = 64 decode step, which runs the same layers) with the model's switches
-off and on, in rounds A B B A.
+GEMM load sits at its power cap and its clock moves between configs). Session 70 also timed the
+model's prefill with the layers before and after the first two levers (docs/perf-notes.md); the
+model keeps only the faster layers, so that A/B is no longer here.
 
-    python perf/tools/prefill_levers.py [--rows 4096] [--rounds 6] [--model]
+    python perf/tools/prefill_levers.py [--rows 4096] [--rounds 6]
 
 The ops, at `rows` tokens of LLaMA-3-8B (hidden 4096, intermediate 14336, 32 / 8 heads of 128):
 - o / down projection: F.linear, against addmm_ into the residual in place (cuBLAS's epilogue adds
@@ -141,64 +141,10 @@ def ops(rows: int, n: int) -> None:
     show(f"K rows into pages, {rows} rows", rounds(cases, n, 64))
 
 
-def model_ab(n: int) -> None:
-    from cases_llama import decode_runner, prefill_runner
-    from cute_ops.models.llama import PRESETS, Llama
-    import cute_ops.models.llama.model as llama_model
-
-    model = Llama.random(PRESETS["llama3-8b"])
-
-    def variant(on: bool) -> None:
-        Llama.add_in_gemm = on
-        llama_model.COPY_AS_WORDS = on
-
-    def step_us(fn, steps=10) -> float:
-        for _ in range(2):
-            fn()
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
-        ev[0].record()
-        for i in range(steps):
-            fn()
-            ev[i + 1].record()
-        torch.cuda.synchronize()
-        return statistics.median(1e3 * ev[i].elapsed_time(ev[i + 1]) for i in range(steps))
-
-    for batch, seqlen in ((8, 512), (1, 4096)):
-        run, _, _ = prefill_runner(model, batch, seqlen, seed=1)
-        logits = {}
-        for on in (False, True):
-            variant(on)
-            logits[on] = run()
-        diff = (logits[True] - logits[False]).abs().max().item()
-        times = {False: [], True: []}
-        for on in (False, True, True, False, False, True)[:max(2, n)]:
-            variant(on)
-            times[on].append(step_us(run))
-        a, b = statistics.median(times[False]), statistics.median(times[True])
-        print(f"== prefill {batch} x {seqlen}: off {a:9.0f} us {['%.0f' % t for t in times[False]]}, "
-              f"on {b:9.0f} us {['%.0f' % t for t in times[True]]}: on / off {b / a:.4f}; "
-              f"logits differ by at most {diff:.4g}")
-        del run, logits
-        torch.cuda.empty_cache()
-    # Decode at B = 64 (cuBLAS layers): each variant its own runner and graphs (captured with it).
-    runners = {}
-    for on in (False, True):
-        variant(on)
-        runners[on] = decode_runner(model, 64, 512)
-        runners[on].decode_step(64)
-    times = {False: [], True: []}
-    for on in (False, True, True, False):
-        times[on].append(step_us(lambda: runners[on].decode_step(64), steps=20))
-    a, b = statistics.median(times[False]), statistics.median(times[True])
-    print(f"== decode 64 x 512 (graphs): off {a:8.0f} us, on {b:8.0f} us: on / off {b / a:.4f}")
-    variant(True)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--model", action="store_true", help="also the model's prefill and B = 64 step, switches off / on")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("prefill_levers: no GPU here; it times CUDA kernels")
@@ -206,8 +152,6 @@ def main(argv: list[str] | None = None) -> int:
     print(torch.cuda.get_device_name())
     with torch.inference_mode():
         ops(args.rows, args.rounds)
-        if args.model:
-            model_ab(args.rounds)
     return 0
 
 

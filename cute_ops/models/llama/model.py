@@ -28,7 +28,7 @@ from ...decode import flash_decode, quantize_kv
 from ...flash import flash_fwd_varlen
 from ...gemm_pair import GATE_BLOCK, fused_mlp, swiglu
 from ...gemv import MAX_ROWS as GEMV_MAX_ROWS, GemvExchange, gemv, gemv_pull, gemv_push
-from ...norm import fused_add_rms_norm, rms_norm
+from ...norm import rms_norm
 from ...rope import rope_cos_sin_cache, rotary_embedding
 from .config import LlamaConfig
 from .kv_cache import PagedKVCache
@@ -37,14 +37,8 @@ from .parallel import TensorParallel
 # Head dims with kernels for both attention paths (flash_decode's set is the narrower).
 SUPPORTED_HEAD_DIMS = (64, 128)
 # Rows up to which the MLP runs as fused_mlp, whose gemv route is the faster there; more go
-# through cuBLAS (see Llama._mlp).
+# through cuBLAS (see Llama._add_mlp).
 FUSED_MLP_MAX_ROWS = GEMV_MAX_ROWS
-
-
-# Rows copied as 8-byte words where both sides allow (prefill's K/V write into the pages): index_copy_
-# of 4096 rows of 8 x 128 bf16 took 16.5 us over 2-byte elements, 11.0 over int64 words (H200,
-# perf/tools/prefill_levers.py). False: elements (bytes for an fp8 cache), for A/Bs.
-COPY_AS_WORDS = True
 
 
 def _as_words(t: torch.Tensor) -> torch.Tensor | None:
@@ -56,11 +50,13 @@ def _as_words(t: torch.Tensor) -> torch.Tensor | None:
 
 
 def _copy_rows(pages: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> None:
-    """pages[slots] = rows, rows of pages' own dtype, copied as words where the layouts allow."""
+    """pages[slots] = rows, rows of pages' own dtype, copied as int64 words where the layouts allow
+    (prefill's K/V write into the pages): index_copy_ of 4096 rows of 8 x 128 bf16 took 16.5 us
+    over 2-byte elements, 11.0 over words (H200, perf/tools/prefill_levers.py)."""
     if rows.dtype != pages.dtype:
         raise ValueError(f"Llama.prefill: K/V rows of dtype {rows.dtype} for a cache of {pages.dtype} (the cache's "
                          f"dtype must be the model's, or float8_e4m3fn)")
-    dst, src = (_as_words(pages), _as_words(rows)) if COPY_AS_WORDS else (None, None)
+    dst, src = _as_words(pages), _as_words(rows)
     if dst is None or src is None:  # index_copy_ has no float8 kernels: an fp8 cache's rows as bytes
         dst, src = (pages.view(torch.uint8), rows.view(torch.uint8)) if pages.element_size() == 1 else (pages, rows)
     dst.index_copy_(0, slots, src)
@@ -96,12 +92,6 @@ class Llama(torch.nn.Module):
     # False (the default: faster as measured, docs/perf-notes.md) calls NCCL's all-reduce between
     # plain gemvs.
     fold_all_reduce = False
-    # True: in _layers (prefill, and decode batches past the gemv sizes) o's residual add, and
-    # down's on the MLP's cuBLAS route, run in cuBLAS's epilogue (addmm_, beta 1, into the residual
-    # stream in place; fused_mlp's output is added after it), and the norms after them read the
-    # sum alone (rms_norm: half fused_add_rms_norm's bytes). False: the projections' outputs, added
-    # by the next fused_add_rms_norm. For A/Bs (perf/tools/prefill_levers.py).
-    add_in_gemm = True
 
     def __init__(self, config: LlamaConfig, dtype: torch.dtype = torch.bfloat16, device="cuda",
                  tp: TensorParallel | None = None):
@@ -180,26 +170,9 @@ class Llama(torch.nn.Module):
         v = qkv[..., q_size + kv_size:].view(*lead, self.num_kv_heads, d)
         return q, k, v
 
-    def _mlp(self, h: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
-        """fused_mlp where it is the faster (the smallest batches, whose time is the weights'
-        read; it runs two gemvs there); above FUSED_MLP_MAX_ROWS rows the gate/up and down matmuls
-        through cuBLAS, on the same packed weights, with swiglu between them (one
-        kernel over pack_gate_up's column order). An intermediate size that is not a multiple of
-        pack_gate_up's block stays on fused_mlp, as before swiglu: the small test models have one
-        (1000). A prompt's prefill rows still depend on what is packed with it (fused_mlp runs
-        gemvs up to gemv.MAX_ROWS rows and gemm_pair above; cuBLAS picks its kernels by M), so a
-        prompt's greedy tokens batched and alone agree up to near-ties of the logits (test_llama;
-        Generator's batch_invariant prefills one prompt at a time instead).
-        Measured against fused_mlp on an H200 (`ours_cublas_swiglu` in perf/cases_gemm_pair.py;
-        docs/perf-notes.md, session 59): this route is faster at M = 16-32 and from 256 (up to
-        15%; 3.6% at a 4096-token prefill), fused_mlp 4-5% faster at M = 64-128 (not switched)."""
-        if self._mlp_is_fused(h, layer):
-            return fused_mlp(h, layer.w_gate_up, layer.w_down)
-        return F.linear(swiglu(F.linear(h, layer.w_gate_up)), layer.w_down)
-
     @staticmethod
     def _mlp_is_fused(h: torch.Tensor, layer: LlamaLayer) -> bool:
-        """Whether h's MLP runs as fused_mlp (see _mlp), not through cuBLAS."""
+        """Whether h's MLP runs as fused_mlp (see _add_mlp), not through cuBLAS."""
         return h.shape[0] <= FUSED_MLP_MAX_ROWS or layer.w_down.shape[1] % GATE_BLOCK != 0
 
     def _layers(self, x: torch.Tensor, attention, keep_rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -207,8 +180,6 @@ class Llama(torch.nn.Module):
         heads, head_dim]. Returns the final norm's output, of the rows `keep_rows` only when given:
         the last layer then runs its o projection and MLP on those rows alone (every row's K and V
         are still made and cached; past the last attention a row feeds only its own logits)."""
-        if not self.add_in_gemm:
-            return self._layers_added_by_norms(x, attention, keep_rows)
         residual, eps, last = x, self.config.rms_norm_eps, len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             # The residual stream: x (the embedding's output, this pass's own), updated in place on
@@ -228,30 +199,24 @@ class Llama(torch.nn.Module):
         return self.tp.all_reduce(residual.addmm_(x, weight.t()) if self.tp.rank == 0 else F.linear(x, weight))
 
     def _add_mlp(self, residual: torch.Tensor, h: torch.Tensor, layer: LlamaLayer) -> torch.Tensor:
-        """residual + MLP(h) over the ranks, by _mlp's route: down's add in its epilogue on the
-        cuBLAS route; an add after fused_mlp (at most FUSED_MLP_MAX_ROWS rows, or an intermediate
-        size pack_gate_up's blocks do not divide)."""
+        """residual + MLP(h) over the ranks. fused_mlp where it is the faster (the smallest
+        batches, whose time is the weights' read; it runs two gemvs there), its output added after
+        it; above FUSED_MLP_MAX_ROWS rows the gate/up and down matmuls through cuBLAS, on the same
+        packed weights, with swiglu between them (one kernel over pack_gate_up's column order) and
+        the residual added in down's epilogue. An intermediate size that is not a multiple of
+        pack_gate_up's block stays on fused_mlp: the small test models have one (1000). A prompt's
+        prefill rows still depend on what is packed with it (fused_mlp runs gemvs up to
+        gemv.MAX_ROWS rows and gemm_pair above; cuBLAS picks its kernels by M), so a prompt's
+        greedy tokens batched and alone agree up to near-ties of the logits (test_llama;
+        Generator's batch_invariant prefills one prompt at a time instead).
+        Measured against fused_mlp on an H200 (`ours_cublas_swiglu` in perf/cases_gemm_pair.py;
+        docs/perf-notes.md, session 59): the cuBLAS route is faster at M = 16-32 and from 256 (up
+        to 15%; 3.6% at a 4096-token prefill), fused_mlp 4-5% faster at M = 64-128 (not
+        switched)."""
         if self._mlp_is_fused(h, layer):
             out = fused_mlp(h, layer.w_gate_up, layer.w_down)
             return self.tp.all_reduce(residual.add_(out) if self.tp.rank == 0 else out)
         return self._add_projection(residual, swiglu(F.linear(h, layer.w_gate_up)), layer.w_down)
-
-    def _layers_added_by_norms(self, x: torch.Tensor, attention, keep_rows: torch.Tensor | None) -> torch.Tensor:
-        """_layers with add_in_gemm False: each residual add in the next fused_add_rms_norm."""
-        residual, mlp_out, eps, tp = x, None, self.config.rms_norm_eps, self.tp
-        last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
-            # The residual stream is updated in place by each fused add.
-            h = rms_norm(residual, layer.attn_norm, eps) if mlp_out is None else \
-                fused_add_rms_norm(mlp_out, residual, layer.attn_norm, eps)
-            q, k, v = self._split_qkv(F.linear(h, layer.wqkv), h.shape[:-1])
-            out = attention(i, q, k, v).flatten(-2)
-            if keep_rows is not None and i == last:
-                out, residual = out[keep_rows], residual[keep_rows]
-            attn = tp.all_reduce(F.linear(out, layer.wo))
-            h = fused_add_rms_norm(attn, residual, layer.mlp_norm, eps)
-            mlp_out = tp.all_reduce(self._mlp(h, layer))
-        return fused_add_rms_norm(mlp_out, residual, self.norm, eps)
 
     def _gemv_layers(self, x: torch.Tensor, attention) -> torch.Tensor:
         """The decoder stack and the output projection for a batch of at most GEMV_MAX_ROWS tokens:
