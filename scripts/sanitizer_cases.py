@@ -82,9 +82,9 @@ def flash_fwd_cases():
         cute_ops.flash_fwd_varlen(qw, kw, kw.clone(), cu_q, cu_k, 17, 40, arch="sm90")
         cute_ops.flash_fwd_varlen(qd, kd, kd.clone(), bad_q, cu_k, 200, 40, arch="sm90")
         cute_ops.flash_fwd_varlen(qd, kd, kd.clone(), cu_q, cu_k, 3, 5, arch="sm90")
-        # Sequences with whole 64-row groups of queries at starts that are not multiples of 64 (the
-        # VARLEN_TMA_STORE knob's TMA stores), a partial last group after them; O in its own buffer
-        # (head dim 128) and in Q's (256).
+        # Sequences with whole 64-row groups of queries at starts that are not multiples of 64, a
+        # partial last group after them (the copy-out's row bounds); O in its own buffer (head dim
+        # 128) and in Q's (256).
         long_q, long_k = [70, 130, 64], [90, 130, 200]
         cu_lq = torch.tensor([0, *long_q], device=DEV).cumsum(0).int() + 2
         cu_lk = torch.tensor([0, *long_k], device=DEV).cumsum(0).int()

@@ -4,7 +4,7 @@
 // sequence's end by itself (the tensor's bounds); the log-sum-exp in float32 from registers.
 // Varlen: the rows past a packed sequence's end are the next sequence's, which a TMA store of the
 // whole tile would overwrite, so there the consumers copy the staged tile out with 16-byte stores
-// of the sequence's rows only (with VARLEN_TMA_STORE, only the groups that run past the end).
+// of the sequence's rows only.
 //
 // Each consumer warp group stages and stores its own 64 rows, with its own named barrier. The
 // staging buffer's turns, with several tiles a CTA:
@@ -27,20 +27,8 @@ namespace cute_ops::flash {
 
 using namespace cute;
 
-// 1 (an experiment, off by default): a varlen tile's 64-row groups that lie wholly inside their
-// sequence (every group but a sequence's last) go out by TMA store, as padded tiles do, from the
-// sequence's first packed row; only a group that runs past the sequence's end is copied out by the
-// consumers. The copy-out is 16-byte stores on the consumers' path between a tile's last P V and
-// the next tile; the store is asynchronous. At the LLaMA prefill's 8 x 512 (Hq 32, Hkv 8, D 128,
-// causal; every group whole) varlen took 63.0 us a call against dense flash_fwd's 55.9 (H200,
-// session 70). 0: the copy-out for every varlen group.
-#ifndef CUTE_OPS_FLASH_FWD_SM90_VARLEN_TMA_STORE
-#define CUTE_OPS_FLASH_FWD_SM90_VARLEN_TMA_STORE 0
-#endif
-
 template <typename Traits>
 struct EpilogueSm90 {
-  static constexpr bool kVarlenTmaStore = CUTE_OPS_FLASH_FWD_SM90_VARLEN_TMA_STORE != 0;
   using Element = typename Traits::Element;
   static constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim, kMmaThreads = Traits::kMmaThreads;
   using SharedStorage = typename Traits::SharedStorage;
@@ -104,8 +92,7 @@ struct EpilogueSm90 {
     auto smem_thr_copy_o = smem_copy_o.get_thread_slice(thread);
     copy(smem_copy_o, smem_thr_copy_o.retile_S(rO), smem_thr_copy_o.partition_D(sO));
     const int group_row0 = row0 + group * 64, group_rows = min(64, seq.seqlen_q - group_row0);
-    // With VARLEN_TMA_STORE, only a group whose 64 rows run past its sequence's end is copied out.
-    if (p.cu_seqlens_q && (!kVarlenTmaStore || group_rows < 64)) {
+    if (p.cu_seqlens_q) {
       group_sync(group);  // the group's staged rows are complete
       // 16-byte chunks (a swizzle keeps each one whole), the sequence's rows only.
       constexpr int kChunks = kHeadDim / 8;
@@ -127,16 +114,7 @@ struct EpilogueSm90 {
       const TmaExtents x(p);
       Tensor mO = params.tma_o.get_tma_tensor(make_shape(x.rows_q, Int<kHeadDim>{}, p.h, x.batch));
       const int group_block = m_block * Traits::kConsumerGroups + group;  // in units of 64 rows
-      // With VARLEN_TMA_STORE: this sequence's rows, from its first (varlen: whole groups only).
-      Tensor gO = [&] {
-        if constexpr (kVarlenTmaStore) {
-          Tensor mOs = domain_offset(make_coord(static_cast<int>(seq.q_start), _0{}),
-                                     mO(_, _, bidh, p.cu_seqlens_q ? 0 : bidb));
-          return local_tile(mOs, TileGroup{}, make_coord(group_block, _0{}));
-        } else {
-          return local_tile(mO(_, _, bidh, bidb), TileGroup{}, make_coord(group_block, _0{}));
-        }
-      }();
+      Tensor gO = local_tile(mO(_, _, bidh, bidb), TileGroup{}, make_coord(group_block, _0{}));
       auto cta_o = params.tma_o.get_slice(_0{});
       copy(params.tma_o, cta_o.partition_S(sOg), cta_o.partition_D(gO));
       tma_store_arrive();
