@@ -156,6 +156,12 @@ def gemm_pair_cases():
             a, b0, b1 = rand(m, 200), rand(2 * 296, 200) * 0.1, rand(40, 296) * 0.1
             for block_m in (64, 128, 256):
                 cute_ops.gemm_pair(a, b0, b1, arch="sm90", block_m=block_m, split_k0=64, split_k1=128)
+        # SwiGLU at 256-row tiles, two row blocks (the last of 44 rows), three full-width GEMM0
+        # tiles and a partial one: the store warp's hand-off (CUTE_OPS_GEMM_PAIR_SM90_STORE_WARP)
+        # where it is built, the register stores otherwise; fused and as two launches.
+        a, b0, b1 = rand(300, 72), rand(2 * 200, 72) * 0.1, rand(24, 200) * 0.1
+        for separate in (False, True):
+            cute_ops.gemm_pair(a, b0, b1, "swiglu", arch="sm90", block_m=256, separate_launches=separate)
 
 
 def swiglu_cases():

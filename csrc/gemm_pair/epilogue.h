@@ -189,6 +189,27 @@ struct Epilogue {
     }
   }
 
+  // With the store warp (h_store_sm90.h): SwiGLU's h of a full-width GEMM0 tile written into sH,
+  // the (kBlockM, kBlockN / 2) staging buffer in shared memory with the 128-byte swizzle, instead
+  // of store_h_registers' global stores; the same pairs, so the same bits. Rows past m are written
+  // too: the TMA store that takes the buffer out clips them. The swizzle repeats every 8 rows of
+  // 128 bytes and a thread's rows are r0 plus multiples of 8 (8-row halves, 64-row slabs), so the
+  // address of each 8-column group at row r0 serves every row: 8 registers, not an address a
+  // store (which spilled).
+  template <typename TiledMma, typename Acc, typename SmemTensor>
+  __device__ __forceinline__ static void stage_h_registers(const Acc& acc, SmemTensor&& sH) {
+    constexpr int kGroups = kBlockN / 16;                                // h's 8-column groups
+    constexpr int kRowBytes = kBlockN / 2 * static_cast<int>(sizeof(Element));  // 128
+    const auto [r0, c0] = thread_origin<TiledMma>();
+    uint32_t group_at_r0[kGroups];
+    CUTE_UNROLL
+    for (int g = 0; g < kGroups; ++g) group_at_r0[g] = cute::cast_smem_ptr_to_uint(&sH(r0, c0 + 8 * g));
+    for_each_pair<TiledMma, kGroups>(acc, [&](int dr, int dc, float g0, float g1, float u0, float u1) {
+      const uint32_t pair = pack2<Element>(silu(g0) * u0, silu(g1) * u1);
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(group_at_r0[dc / 8] + dr * kRowBytes), "r"(pair) : "memory");
+    });
+  }
+
   template <typename TiledMma, typename Acc>
   __device__ __forceinline__ static void store_out_registers(const Acc& acc, const GemmPairParams& p, int row0,
                                                              int rows, int tile_n) {

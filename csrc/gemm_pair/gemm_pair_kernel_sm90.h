@@ -27,6 +27,7 @@
 #include "common/pdl.h"
 #include "gemm_pair/epilogue.h"
 #include "gemm_pair/gemm_pair.h"
+#include "gemm_pair/h_store_sm90.h"
 #include "gemm_pair/tile_scheduler.h"
 #include "gemm_pair/tile_sync.h"
 #include "gemm_pair/trace.h"
@@ -75,16 +76,31 @@
 #define CUTE_OPS_GEMM_PAIR_SM90_PDL 16
 #endif
 
+// 1: at 256-row tiles, a SwiGLU GEMM0 tile stored from the registers hands its h to a store warp
+// (h_store_sm90.h: the consumers write it into a 32 KB buffer beside the ring, a spare producer
+// warp stores it by TMA and signals it), so that the consumers start their next tile without
+// waiting on the stores. 0: the consumers store h themselves (store_h_registers). Off until
+// measured; a knob for A/B runs like the ones above.
+#ifndef CUTE_OPS_GEMM_PAIR_SM90_STORE_WARP
+#define CUTE_OPS_GEMM_PAIR_SM90_STORE_WARP 0
+#endif
+
 namespace cute_ops::gemm_pair {
 
 using namespace cute;
 
 // The SM90 kernel's argument: the SM80 kernel's params, and each GEMM's TMA descriptors (the
 // same type for both instantiations of a mainloop, with and without GEMM0's K-split).
-template <typename Mainloop>
+template <typename Mainloop, typename HStoreParams = NoHStore>
 struct GemmPairParamsSm90 {
   GemmPairParams p;
   typename Mainloop::Params gemm[2];  // GEMM0: a x b0, GEMM1: h x b1
+  HStoreParams store_h;               // the store warp's TMA descriptor of h
+};
+template <typename Mainloop>
+struct GemmPairParamsSm90<Mainloop, NoHStore> {  // without the store warp
+  GemmPairParams p;
+  typename Mainloop::Params gemm[2];
 };
 
 // kLoadRegs / kMmaRegs: registers a thread of the producer / consumer warp groups keeps after
@@ -113,6 +129,8 @@ struct GemmPairKernelSm90 {
   static constexpr bool kFoldSplits = kRegisterEpilogue && CUTE_OPS_GEMM_PAIR_SM90_FOLD_SPLITS != 0;
   static constexpr bool kFoldPair = kFoldSplits && CUTE_OPS_GEMM_PAIR_SM90_FOLD_PAIR != 0 && kBlockM <= 128;
   static constexpr int kPdlPrefetch = CUTE_OPS_GEMM_PAIR_SM90_PDL;  // K tiles; 0: no PDL
+  static constexpr bool kStoreWarp = CUTE_OPS_GEMM_PAIR_SM90_STORE_WARP != 0 && kBlockM == 256 && kRegisterEpilogue;
+  using HStore = HStoreSm90<Element, kBlockM, kBlockN / 2>;
 
   // The ring and the staging tile have shared memory apart when both fit (the next tile loads
   // during an epilogue); otherwise they share it, and the producer takes the next ticket only
@@ -142,11 +160,24 @@ struct GemmPairKernelSm90 {
     int4 work[2];
     int ticket[2];  // each entry's ticket (the trace probes' slot)
   };
-  using SharedStorage = std::conditional_t<kOverlapEpilogue, StorageApart, StorageShared>;
+  struct StorageSharedWithHStore {  // StorageShared and the store warp's buffer (kStoreWarp)
+    union {
+      typename Mainloop::TensorStorage ring;
+      typename Epilogue::SharedStorage epilogue;
+    };
+    typename HStore::SharedStorage h_store;  // right after the ring, on its 1024-byte swizzle alignment
+    typename Mainloop::PipelineStorage pipeline;
+    typename WorkQueue::SharedStorage queue;
+    int4 work[2];
+    int ticket[2];
+  };
+  static_assert(!(kStoreWarp && kOverlapEpilogue), "the store warp is for the configs whose staging tile shares the ring");
+  using SharedStorage = std::conditional_t<kOverlapEpilogue, StorageApart,
+                                           std::conditional_t<kStoreWarp, StorageSharedWithHStore, StorageShared>>;
   static constexpr int kSmemBytes = static_cast<int>(sizeof(SharedStorage));  // dynamic shared memory
   static_assert(kSmemBytes <= kSmemLimit, "the tile config's shared memory exceeds an SM's");
 
-  using Params = GemmPairParamsSm90<Mainloop>;
+  using Params = GemmPairParamsSm90<Mainloop, std::conditional_t<kStoreWarp, typename HStore::Params, NoHStore>>;
 
   __device__ __forceinline__ void operator()(const Params& params, char* smem) const {
     SharedStorage& storage = *reinterpret_cast<SharedStorage*>(smem);
@@ -165,19 +196,26 @@ struct GemmPairKernelSm90 {
     queue_params.producer_arv_count = 1;
     queue_params.consumer_arv_count = kMmaThreads;
     WorkQueue queue(storage.queue, queue_params);
+    if constexpr (kStoreWarp) {
+      if (threadIdx.x == 0) HStore::init(storage.h_store, kMmaThreads);
+    }
     __syncthreads();  // every thread sees the initialised mbarriers
 
     if (is_producer) {
       cutlass::arch::warpgroup_reg_dealloc<kLoadRegs>();
       if constexpr (kPdlPrefetch > 0) {
         const bool leader = threadIdx.x / 32 == 0 && cute::elect_one_sync();
+        const bool storer = kStoreWarp && threadIdx.x / 32 == 1 && cute::elect_one_sync();
         if (leader) prefetch_first_weights(params);
         wait_for_previous_grid();
         allow_dependent_launch();
         if (leader) produce(params, pipeline, queue, storage);
+        if (storer) run_store_warp(params, storage);
       } else {
         if (threadIdx.x / 32 == 0 && cute::elect_one_sync()) {
           produce(params, pipeline, queue, storage);
+        } else if (kStoreWarp && threadIdx.x / 32 == 1 && cute::elect_one_sync()) {
+          run_store_warp(params, storage);
         }
       }
     } else {
@@ -301,11 +339,23 @@ struct GemmPairKernelSm90 {
                    });
   }
 
+  // The store warp's elected thread (kStoreWarp): the h tiles the consumers hand over, each stored
+  // and then counted ready as signal_h counts it, until the consumers stop.
+  __device__ __forceinline__ static void run_store_warp(const Params& params, SharedStorage& storage) {
+    if constexpr (kStoreWarp) {
+      const GemmPairParams& p = params.p;
+      HStore::run(params.store_h, storage.h_store, p.m, p.h_width, [&](int m_block, int n_tile) {
+        add_release(p.ready + ready_index(p, m_block, n_tile * (kBlockN / 2) / p.split_k1), 1);
+      });
+    }
+  }
+
   // Every consumer thread: the queue's tiles in order, until its stop entry.
   __device__ __forceinline__ static void consume(const Params& params, typename Mainloop::Pipeline& pipeline,
                                                  WorkQueue& queue, SharedStorage& storage) {
     typename Mainloop::PipelineState read{};
     typename WorkQueue::PipelineState slot{};
+    int h_handed = 0;  // tiles handed to the store warp (kStoreWarp)
     for (;;) {
       queue.consumer_wait(slot);
       const int4 entry = storage.work[slot.index()];
@@ -319,9 +369,12 @@ struct GemmPairKernelSm90 {
         if (reads_running_sum(params.p, w)) release_now = false;
       }
       if (release_now) queue.consumer_release(slot);
-      if (entry.x < 0) return;
+      if (entry.x < 0) {
+        if constexpr (kStoreWarp) HStore::stop(storage.h_store, h_handed, Epilogue::thread() == 0);
+        return;
+      }
       const int k_tiles = k_range(params.p, w).k_tiles;
-      compute_tile(params, w, ticket, k_tiles, pipeline, read, storage);
+      compute_tile(params, w, ticket, k_tiles, pipeline, read, storage, h_handed);
       read.advance(k_tiles);
       if (!release_now) {
         // This thread is done with the staging tile, which the next tile's TMA loads overwrite.
@@ -342,7 +395,8 @@ struct GemmPairKernelSm90 {
   // One tile's wgmma loop from ring position `read`, its epilogue and its signal.
   __device__ __forceinline__ static void compute_tile(const Params& params, const WorkTile& w, int ticket, int k_tiles,
                                                       typename Mainloop::Pipeline& pipeline,
-                                                      typename Mainloop::PipelineState read, SharedStorage& storage) {
+                                                      typename Mainloop::PipelineState read, SharedStorage& storage,
+                                                      int& h_handed) {
     const GemmPairParams& p = params.p;
     auto acc = Mainloop::make_accumulators();
     Mainloop::mma(params.gemm[w.gemm], pipeline, read, acc, k_tiles, Epilogue::thread(), storage.ring);
@@ -352,6 +406,16 @@ struct GemmPairKernelSm90 {
       if (tracer) GEMM_PAIR_TRACE_AT(ticket, 4);
       const int row0 = w.m_block * kBlockM, rows = min(kBlockM, p.m - row0);
       if (w.gemm == 0) {
+        if constexpr (kStoreWarp) {
+          if (p.activation == static_cast<int>(Activation::kSwiGLU)) {  // a full-width tile here
+            HStore::acquire(storage.h_store, h_handed);
+            Epilogue::template stage_h_registers<typename Mainloop::TiledMma>(acc, HStore::buffer(storage.h_store));
+            HStore::commit(storage.h_store, w.m_block, w.n_tile, Epilogue::thread() == 0);
+            ++h_handed;
+            if (tracer) GEMM_PAIR_TRACE_AT(ticket, 3);  // the hand-off: h lands and is signalled later
+            return;
+          }
+        }
         Epilogue::template store_h_registers<typename Mainloop::TiledMma>(acc, p, row0, rows, w.n_tile);
         signal_h(p, w);
       } else {

@@ -93,6 +93,7 @@ void launch_gemm_pair_sm90(const GemmPairParams& p, cudaStream_t stream) {
   constexpr bool kABoxes = CUTE_OPS_GEMM_PAIR_SM90_A_BOXES != 0;
   params.gemm[0] = Mainloop::make_params(p.a, lda, p.b0, p.m, p.n0, p.k, kABoxes);
   params.gemm[1] = Mainloop::make_params(p.h, p.h_width, p.b1, p.m, p.n1, p.h_width, kABoxes);
+  if constexpr (Kernel::kStoreWarp) params.store_h = Kernel::HStore::make_params(p.h, p.m, p.h_width);
   auto kernel = p.splits0 > 1 ? prepared_kernel_sm90<KernelSplitK0>() : prepared_kernel_sm90<Kernel>();
   // Persistent CTAs: one per slot of the device, fewer when there are fewer tickets.
   int device = 0;
