@@ -12,6 +12,9 @@
 //     then the signal. While they run a tile's epilogue the producer already loads the next tile
 //     (with 128- and 256-row tiles, whose staging tile shares the ring's shared memory, only
 //     where the tile's epilogue runs from the registers: CUTE_OPS_GEMM_PAIR_SM90_REGISTER_EPILOGUE).
+//   - with CUTE_OPS_GEMM_PAIR_SM90_STORE_WARP (256-row tiles, off by default), one thread of the
+//     producer warp group's warp 1: it stores the h tiles the consumers leave in a shared-memory
+//     buffer and signals them (h_store_sm90.h).
 // h is stored by ordinary stores and loaded by TMA (the async proxy) in the same launch: writers
 // fence the proxies before their release, the reader after its acquire (tile_sync.h).
 //
