@@ -348,7 +348,7 @@ struct GemmPairKernelSm90 {
     if constexpr (kStoreWarp) {
       const GemmPairParams& p = params.p;
       HStore::run(params.store_h, storage.h_store, p.m, p.h_width, [&](int m_block, int n_tile) {
-        add_release(p.ready + ready_index(p, m_block, n_tile * (kBlockN / 2) / p.split_k1), 1);
+        add_release(h_ready_counter(p, m_block, n_tile), 1);
       });
     }
   }
@@ -388,11 +388,15 @@ struct GemmPairKernelSm90 {
     }
   }
 
+  // The readiness counter that GEMM0 tile (m_block, n_tile) adds to once its h columns are stored.
+  __device__ __forceinline__ static int* h_ready_counter(const GemmPairParams& p, int m_block, int n_tile) {
+    return p.ready + ready_index(p, m_block, n_tile * Epilogue::h_cols_per_tile(p) / p.split_k1);
+  }
+
   // After a consumer thread's last store of GEMM0 tile w's h columns: their readiness counted.
   __device__ __forceinline__ static void signal_h(const GemmPairParams& p, const WorkTile& w) {
     fence_proxy_async_global();  // h is read by other CTAs' TMA loads
-    const int h_per_tile = Epilogue::h_cols_per_tile(p);
-    signal(p.ready + ready_index(p, w.m_block, w.n_tile * h_per_tile / p.split_k1), MmaBarrier{});
+    signal(h_ready_counter(p, w.m_block, w.n_tile), MmaBarrier{});
   }
 
   // One tile's wgmma loop from ring position `read`, its epilogue and its signal.
